@@ -1,0 +1,208 @@
+"""The `aiayn` command: thin wrappers that parse flags and call the library.
+
+Heavy imports (torch, onnxruntime, gradio) happen inside each command, so
+`aiayn translate` never loads torch and `aiayn --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiayn.model.config import ModelConfig
+from aiayn.model.data import LANGUAGES, SPLITS
+
+
+class UserError(Exception):
+    """A problem with the user's input or files: printed as one clear line, exit code 2."""
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def config_override(text: str) -> tuple[str, Any]:
+    """``--set dropout=0.3``: a ModelConfig field and a JSON value."""
+    name, sep, value = text.partition("=")
+    fields = set(ModelConfig.__dataclass_fields__) - {"special_tokens", "src_lang", "tgt_lang"}
+    if not sep or name not in fields:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number or true/false") from None
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from aiayn.model.data import load_parallel
+    from aiayn.model.train import TrainOptions, train
+
+    if args.src == args.tgt:
+        raise UserError("--src and --tgt must differ")
+    options = TrainOptions(
+        out=args.out,
+        preset=args.preset,
+        overrides=dict(args.set),
+        epochs=args.epochs,
+        max_tokens=args.max_tokens,
+        lr_scale=args.lr_scale,
+        warmup_steps=args.warmup,
+        label_smoothing=args.label_smoothing,
+        clip_norm=args.clip_norm,
+        seed=args.seed,
+        device=args.device,
+        average_last=args.average_last,
+        resume=args.resume,
+        max_steps=args.max_steps,
+        time_limit_minutes=args.time_limit,
+    )
+    train_data = load_parallel("train", args.src, args.tgt, args.data)
+    val_data = load_parallel("val", args.src, args.tgt, args.data)
+    if args.limit:
+        train_data = train_data.head(args.limit)
+        val_data = val_data.head(max(args.limit // 10, 1))
+    folder = train(options, train_data, val_data)
+    print(f"model folder: {folder}", file=sys.stderr)
+
+
+def load_engine(folder: Path, engine: str, device: str) -> Any:
+    """The step engine of a model folder: PyTorch or ONNX Runtime."""
+    if engine == "torch":
+        from aiayn.model.engine import TorchEngine
+        from aiayn.model.weights import load_model
+
+        return TorchEngine(load_model(folder))
+    from aiayn.serve.engine import OnnxEngine
+
+    onnx_engine = OnnxEngine.load(folder, device=device)
+    print(f"execution provider: {onnx_engine.provider}", file=sys.stderr)
+    return onnx_engine
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from aiayn.model.config import load_config
+    from aiayn.model.evaluate import evaluate, load_split_for
+    from aiayn.model.folder import resolve_model
+    from aiayn.model.tokenizer import SubwordTokenizer
+    from aiayn.search.translator import SearchSettings, Translator
+
+    folder = resolve_model(args.model)
+    corpus = load_split_for(folder, args.split, args.data)
+    if args.limit:
+        corpus = corpus.head(args.limit)
+    engine = load_engine(folder, args.engine, args.device)
+    translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), load_config(folder).max_len)
+    result = evaluate(translator, corpus, SearchSettings(beam_size=args.beam, length_penalty=args.length_penalty))
+    summary = {
+        "model": str(folder),
+        "split": result.split,
+        "sentences": result.sentences,
+        "engine": args.engine,
+        "beam": args.beam,
+        "length_penalty": args.length_penalty,
+        "seconds": round(result.seconds, 2),
+        **result.scores.to_dict(),
+    }
+    if args.output:
+        Path(args.output).write_text("\n".join(result.translations) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    s = result.scores
+    print(f"{folder.name} {result.split} ({result.sentences} sentences, {args.engine}, beam {args.beam})")
+    print(f"BLEU            {s.bleu:6.2f}  {s.bleu_signature}")
+    print(f"BLEU lowercased {s.bleu_lowercase:6.2f}")
+    print(f"chrF            {s.chrf:6.2f}  {s.chrf_signature}")
+
+
+def add_train(sub: Any) -> None:
+    p = sub.add_parser("train", help="train a model on a Multi30k language pair into a model folder")
+    p.add_argument("--src", required=True, choices=LANGUAGES)
+    p.add_argument("--tgt", required=True, choices=LANGUAGES)
+    p.add_argument("--out", required=True, type=Path, help="model folder to write")
+    p.add_argument("--preset", default="tiny", help="architecture preset: tiny or base (default tiny)")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=config_override,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change one config field of the preset, e.g. --set dropout=0.3 (repeatable)",
+    )
+    p.add_argument("--epochs", type=positive_int, default=60)
+    p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
+    p.add_argument("--lr-scale", type=float, default=1.0, help="factor on the eq. 3 learning rate")
+    p.add_argument("--warmup", type=positive_int, default=4000, help="warm-up steps of eq. 3")
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm")
+    p.add_argument("--average-last", type=int, default=0, help="average the last N epoch checkpoints at the end")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="start no new epoch after this much training time (then average, if asked)",
+    )
+    p.add_argument("--limit", type=positive_int, default=None, help="use only the first N training sentences")
+    p.add_argument("--data", default=None, help="Multi30k folder (default: AIAYN_DATA, ../shared, or download)")
+    p.set_defaults(func=cmd_train)
+
+
+def add_eval(sub: Any) -> None:
+    p = sub.add_parser("eval", help="translate a Multi30k split and print BLEU and chrF")
+    p.add_argument("--model", default="en-de", help="bundled model name (en-de, de-en) or model folder")
+    p.add_argument("--split", default="test_2016_flickr", choices=SPLITS)
+    p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--engine", choices=("torch", "onnx"), default="torch")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="ONNX execution provider")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
+    p.add_argument("--output", default=None, help="also write the translations to this file")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--data", default=None, help="Multi30k folder (default: AIAYN_DATA, ../shared, or download)")
+    p.set_defaults(func=cmd_eval)
+
+
+def not_yet(name: str) -> Callable[[argparse.Namespace], None]:
+    def run(args: argparse.Namespace) -> None:
+        raise UserError(f"`aiayn {name}` is not yet available in this version")
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aiayn", description="The Attention Is All You Need Transformer.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train(sub)
+    add_eval(sub)
+    for name in ("export", "translate", "serve", "bench"):
+        sub.add_parser(name, help="not yet available").set_defaults(func=not_yet(name))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (UserError, FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"aiayn {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

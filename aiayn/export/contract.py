@@ -1,0 +1,121 @@
+"""The ONNX contract, declared once: file names, and each graph's inputs and outputs with dtypes and axes.
+
+The exporter, the parity check, the README table, the ``onnx`` section of
+config.json and the serve engine all read this table (the way HF Optimum's
+OnnxConfig declares ``{name: {axis: name}}``). Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiayn.model.config import ModelConfig
+
+ENCODER_FILE = "encoder.onnx"
+DECODER_FILE = "decoder.onnx"
+OPSET = 18
+CONTRACT_VERSION = 1
+
+
+def variant_file(base: str, variant: str) -> str:
+    """``encoder.onnx`` → ``encoder.int8.onnx`` for a variant (``fp32`` is the base file)."""
+    return base if variant == "fp32" else base.replace(".onnx", f".{variant}.onnx")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy dtype name: int64, float32, bool
+    shape: tuple[str | int, ...]  # a str is a dynamic axis, an int is fixed by the config
+    meaning: str
+
+    def dynamic_axes(self) -> dict[int, str]:
+        return {i: axis for i, axis in enumerate(self.shape) if isinstance(axis, str)}
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "meaning": self.meaning}
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    file: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+        }
+
+
+def cross_kv_specs(config: ModelConfig) -> tuple[TensorSpec, ...]:
+    shape = ("batch", config.n_heads, "src_len", config.d_head)
+    return tuple(
+        TensorSpec(f"cross_{kind}.{layer}", "float32", shape, f"decoder layer {layer}'s cross-attention {kind}s")
+        for layer in range(config.n_decoder_layers)
+        for kind in ("key", "value")
+    )
+
+
+def self_kv_specs(config: ModelConfig, prefix: str, length_axis: str, meaning: str) -> tuple[TensorSpec, ...]:
+    shape = ("batch", config.n_heads, length_axis, config.d_head)
+    return tuple(
+        TensorSpec(
+            f"{prefix}_{kind}.{layer}", "float32", shape, f"decoder layer {layer}'s self-attention {kind}s, {meaning}"
+        )
+        for layer in range(config.n_decoder_layers)
+        for kind in ("key", "value")
+    )
+
+
+def encoder_spec(config: ModelConfig) -> GraphSpec:
+    pad = config.special_tokens.pad
+    return GraphSpec(
+        ENCODER_FILE,
+        inputs=(
+            TensorSpec(
+                "src_ids", "int64", ("batch", "src_len"), f"source token ids ending in </s>, right-padded with {pad}"
+            ),
+        ),
+        outputs=(
+            TensorSpec("memory", "float32", ("batch", "src_len", config.d_model), "encoder output"),
+            *cross_kv_specs(config),
+        ),
+    )
+
+
+def decoder_spec(config: ModelConfig) -> GraphSpec:
+    return GraphSpec(
+        DECODER_FILE,
+        inputs=(
+            TensorSpec("tgt_ids", "int64", ("batch", "new_len"), "target ids after the cached ones (first step: <s>)"),
+            TensorSpec("position_offset", "int64", (), "position of the first new token (= past_len)"),
+            TensorSpec("src_mask", "bool", ("batch", "src_len"), "true where src_ids is a real token"),
+            *cross_kv_specs(config),
+            *self_kv_specs(config, "past", "past_len", "cached so far (past_len 0 on the first step)"),
+        ),
+        outputs=(
+            TensorSpec(
+                "log_probs", "float32", ("batch", "new_len", config.vocab_size), "log-softmax over the vocabulary"
+            ),
+            *self_kv_specs(config, "present", "total_len", "past and new (total_len = past_len + new_len)"),
+            TensorSpec(
+                "cross_attention",
+                "float32",
+                ("batch", config.n_heads, "new_len", "src_len"),
+                "last decoder layer's cross-attention weights",
+            ),
+        ),
+    )
+
+
+def contract(config: ModelConfig) -> dict[str, object]:
+    """The contract as written into config.json's ``onnx`` section."""
+    return {
+        "contract_version": CONTRACT_VERSION,
+        "opset": OPSET,
+        "encoder": encoder_spec(config).to_dict(),
+        "decoder": decoder_spec(config).to_dict(),
+    }

@@ -1,0 +1,121 @@
+"""Text in, text out over any engine: tokenize, batch by length, search, detokenize. NumPy only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from aiayn.search.beam import beam_search
+from aiayn.search.greedy import greedy_search
+from aiayn.search.step import StepModel
+
+
+class TextCodec(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """§6.1: beam 4, length penalty α = 0.6, output at most input length + 50. Beam 1 is greedy."""
+
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_extra_len: int = 50
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam size must be at least 1, got {self.beam_size}")
+        if self.max_extra_len < 1:
+            raise ValueError(f"max_extra_len must be at least 1, got {self.max_extra_len}")
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+    """Right-pad token id lists into one (batch, max_len) int64 array."""
+    batch = np.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=np.int64)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
+
+
+def length_batches(lengths: Sequence[int], max_sentences: int, max_tokens: int) -> list[list[int]]:
+    """Indices grouped by similar length (longest first), capped by sentences and padded tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if (
+            batches
+            and len(batches[-1]) < max_sentences
+            and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= max_tokens
+        ):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+class Translator:
+    """Runs the one search over an engine; the PyTorch and ONNX paths differ only in ``engine``."""
+
+    def __init__(
+        self,
+        engine: StepModel,
+        tokenizer: TextCodec,
+        max_src_len: int,
+        max_sentences: int = 64,
+        max_tokens: int = 4096,
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.max_src_len = max_src_len
+        self.max_sentences = max_sentences
+        self.max_tokens = max_tokens
+
+    def source_ids(self, text: str) -> list[int]:
+        """Subwords of ``text`` followed by </s>, as in training; refuses a sentence over the model's limit."""
+        ids = self.tokenizer.encode(text) + [self.engine.eos_id]
+        if len(ids) > self.max_src_len:
+            raise ValueError(
+                f"a sentence of {len(ids)} tokens is longer than this model's limit of {self.max_src_len}; "
+                "split it into shorter sentences"
+            )
+        return ids
+
+    def translate_ids(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        settings: SearchSettings,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[list[int]]:
+        """Output ids (no <s>, </s>) for each source id list; ``on_batch(n)`` reports progress."""
+        outputs: list[list[int]] = [[] for _ in src_ids]
+        for batch in length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens):
+            padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)
+            max_len = (padded != self.engine.pad_id).sum(axis=1) + settings.max_extra_len  # (batch,)
+            if settings.beam_size == 1:
+                results = greedy_search(self.engine, padded, max_len=max_len)
+            else:
+                results = beam_search(self.engine, padded, settings.beam_size, settings.length_penalty, max_len=max_len)
+            for i, result in zip(batch, results, strict=True):
+                outputs[i] = result
+            if on_batch is not None:
+                on_batch(len(batch))
+        return outputs
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        settings: SearchSettings = SearchSettings(),
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """Translate sentences; an empty or blank one gives an empty translation."""
+        wanted = [i for i, text in enumerate(texts) if text.strip()]
+        out_ids = self.translate_ids([self.source_ids(texts[i]) for i in wanted], settings, on_batch)
+        translations = [""] * len(texts)
+        for i, ids in zip(wanted, out_ids, strict=True):
+            translations[i] = self.tokenizer.decode(ids)
+        return translations

@@ -1,0 +1,103 @@
+"""Training proves learning on a synthetic task, writes a loadable folder, and resumes exactly after a kill."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.model.checkpoint import average_state_dicts
+from aiayn.model.data import ParallelCorpus
+from aiayn.model.engine import TorchEngine
+from aiayn.model.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_PLOT_FILE, TRAINING_RECORD_FILE
+from aiayn.model.tokenizer import SubwordTokenizer
+from aiayn.model.train import TrainOptions, learning_rate, train
+from aiayn.model.weights import load_model
+from aiayn.search.translator import SearchSettings, Translator
+
+WORDS = "red blue green cat dog bird runs sleeps jumps big small old".split()
+# A model small enough to learn in seconds on 2 CPU cores.
+TINY = {
+    "vocab_size": 64,
+    "d_model": 64,
+    "n_heads": 4,
+    "d_ff": 128,
+    "n_encoder_layers": 2,
+    "n_decoder_layers": 2,
+    "dropout": 0.0,
+}
+
+
+def reverse_corpus(n: int, seed: int, split: str) -> ParallelCorpus:
+    """Sentences of distinct invented words and their word-reversed copies."""
+    rng = random.Random(seed)
+    src = [" ".join(rng.sample(WORDS, rng.randint(2, 5))) for _ in range(n)]
+    return ParallelCorpus(
+        src=src, tgt=[" ".join(reversed(s.split())) for s in src], src_lang="en", tgt_lang="de", split=split
+    )
+
+
+def options(out: Path, **changes: object) -> TrainOptions:
+    base = TrainOptions(
+        out=out,
+        overrides=dict(TINY),
+        epochs=20,
+        max_tokens=512,
+        lr_scale=0.3,
+        warmup_steps=100,
+        label_smoothing=0.0,
+        seed=3,
+        device="cpu",
+        checkpoint_every=7,
+    )
+    for name, value in changes.items():
+        setattr(base, name, value)
+    return base
+
+
+def test_learning_rate_follows_equation_3() -> None:
+    assert learning_rate(100, 512, 4000, 1.0) == pytest.approx(512**-0.5 * 100 * 4000**-1.5)
+    assert learning_rate(4000, 512, 4000, 1.0) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert learning_rate(16000, 512, 4000, 2.0) == pytest.approx(2 * 512**-0.5 * 16000**-0.5)
+
+
+def test_tiny_model_learns_to_reverse_and_writes_a_loadable_folder(tmp_path: Path) -> None:
+    folder = train(options(tmp_path / "m", epochs=30), reverse_corpus(3000, 0, "train"), reverse_corpus(60, 1, "val"))
+    for name in ("config.json", TOKENIZER_FILE, "model.safetensors", TRAINING_RECORD_FILE, TRAINING_PLOT_FILE):
+        assert (folder / name).is_file(), name
+    record = json.loads((folder / TRAINING_RECORD_FILE).read_text())
+    assert record["seed"] == 3 and record["steps"] > 0 and len(record["epochs"]) == 30
+    test = reverse_corpus(40, 2, "test")
+    translator = Translator(TorchEngine(load_model(folder)), SubwordTokenizer.load(folder / TOKENIZER_FILE), 256)
+    out = translator.translate(test.src, SearchSettings(beam_size=1))
+    assert out == test.tgt
+
+
+def test_killed_run_resumes_at_the_right_step_with_identical_weights(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    straight = train(options(tmp_path / "straight", epochs=3), train_data, val)
+    # "Kill" after 10 steps (mid-epoch), then resume to the end.
+    killed = tmp_path / "killed"
+    train(options(killed, epochs=3, max_steps=10), train_data, val)
+    assert torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=False)["step"] == 10
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(options(killed, epochs=3), train_data, val)
+    train(options(killed, epochs=3, resume=True), train_data, val)
+    a = torch.load(straight / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    b = torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    assert a["step"] == b["step"]
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert [e["train_loss"] for e in a["history"]] == pytest.approx([e["train_loss"] for e in b["history"]])
+
+
+def test_checkpoint_averaging_is_the_mean(tmp_path: Path) -> None:
+    paths = []
+    for i, value in enumerate((1.0, 2.0, 6.0)):
+        path = tmp_path / f"epoch{i}.pt"
+        torch.save({"model": {"w": torch.full((2,), value)}}, path)
+        paths.append(path)
+    assert torch.equal(average_state_dicts(paths)["w"], torch.full((2,), 3.0))
