@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiayn.export.commands import add_export
 from aiayn.model.config import ModelConfig
 from aiayn.model.data import LANGUAGES, SPLITS
+from aiayn.serve.commands import add_serve, add_translate
 
 
 class UserError(Exception):
@@ -186,7 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_train(sub)
     add_eval(sub)
-    for name in ("export", "translate", "serve", "bench"):
+    add_export(sub)
+    add_translate(sub)
+    add_serve(sub)
+    for name in ("bench",):
         sub.add_parser(name, help="not yet available").set_defaults(func=not_yet(name))
     return parser
 

@@ -7,6 +7,7 @@ OnnxConfig declares ``{name: {axis: name}}``). Torch-free.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from aiayn.model.config import ModelConfig
@@ -119,3 +120,24 @@ def contract(config: ModelConfig) -> dict[str, object]:
         "encoder": encoder_spec(config).to_dict(),
         "decoder": decoder_spec(config).to_dict(),
     }
+
+
+def markdown_table(config: ModelConfig) -> str:
+    """The contract as README tables; per-layer tensors are shown once, with ``i`` the decoder layer."""
+    lines = []
+    for graph in (encoder_spec(config), decoder_spec(config)):
+        lines += [f"**`{graph.file}`**", "", "| | name | dtype | shape | meaning |", "|---|---|---|---|---|"]
+        for role, specs in (("in", graph.inputs), ("out", graph.outputs)):
+            seen = set()
+            for spec in specs:
+                name = re.sub(r"\.\d+$", ".i", spec.name)
+                if name in seen:
+                    continue
+                seen.add(name)
+                meaning = re.sub(r"layer \d+'s", "layer i's", spec.meaning)
+                shape = "[" + ", ".join(str(axis) for axis in spec.shape) + "]"
+                lines.append(f"| {role} | `{name}` | {spec.dtype} | {shape} | {meaning} |")
+        lines.append("")
+    n = config.n_decoder_layers
+    lines.append(f"`.i` stands for each decoder layer i = 0..{n - 1}, in that order, key before value.")
+    return "\n".join(lines)

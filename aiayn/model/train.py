@@ -169,6 +169,7 @@ class Trainer:
         self.best_bleu = -1.0
         self.wall_seconds = 0.0
         self.averaged: dict[str, Any] = {}
+        self.commands = [options.command]  # the first command, then each --resume
         if options.resume:
             self.load_state_dict(load_checkpoint(self.ckpt_dir / LAST_CHECKPOINT))
         self.parallel_model: torch.nn.Module = self.model
@@ -212,6 +213,7 @@ class Trainer:
             "history": self.history,
             "best_bleu": self.best_bleu,
             "wall_seconds": self.wall_seconds,
+            "commands": self.commands,
             "cpu_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
@@ -223,6 +225,7 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.epoch_loss_sum, self.epoch_tokens = state["epoch_loss_sum"], state["epoch_tokens"]
         self.history, self.best_bleu, self.wall_seconds = state["history"], state["best_bleu"], state["wall_seconds"]
+        self.commands = [*state["commands"], self.options.command]
         torch.set_rng_state(state["cpu_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -293,7 +296,7 @@ class Trainer:
             write_record(
                 self.out,
                 {
-                    "command": self.options.command,
+                    "commands": self.commands,
                     "seed": self.options.seed,
                     "options": self.state_dict()["options"],
                     "wall_seconds": round(self.wall_seconds, 1),

@@ -1,0 +1,59 @@
+"""Shared fixtures: the real corpus (or a clear skip), the bundled models, and a tiny random model folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aiayn.model.data import find_data_dir
+from aiayn.model.folder import bundled_models
+
+INVENTED = [
+    "the red cat sleeps on the old chair.",
+    "a small dog runs after two blue birds!",
+    "three children play near the green river.",
+    "das rote Haus steht am Fluss.",
+    "ein kleiner Hund spielt im Garten.",
+]
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    path = find_data_dir()
+    if path is None:
+        pytest.skip("Multi30k not found: set AIAYN_DATA or put it at ../shared/data/multi30k")
+    return path
+
+
+@pytest.fixture(scope="session")
+def bundled() -> dict[str, Path]:
+    models = bundled_models()
+    if not {"en-de", "de-en"} <= set(models):
+        pytest.skip("the bundled models (pretrained/en-de, pretrained/de-en) are missing from this checkout")
+    return models
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised tiny model folder with its tokenizer, weights and exported ONNX graphs."""
+    import torch
+
+    from aiayn.export.onnx_export import export_onnx
+    from aiayn.model.config import ModelConfig, save_config
+    from aiayn.model.tokenizer import train_tokenizer
+    from aiayn.model.transformer import Transformer
+    from aiayn.model.weights import load_model, save_weights
+
+    folder = tmp_path_factory.mktemp("tiny-model")
+    config = ModelConfig(
+        vocab_size=120, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0
+    )
+    tokenizer = train_tokenizer(INVENTED * 3, config.vocab_size, config.special_tokens)
+    config = config.replace(vocab_size=tokenizer.vocab_size)
+    torch.manual_seed(0)
+    save_config(folder, config)
+    tokenizer.save(folder / "tokenizer.json")
+    save_weights(Transformer(config), folder)
+    export_onnx(load_model(folder), folder, ("fp32", "int8"))
+    return folder
