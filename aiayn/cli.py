@@ -16,6 +16,7 @@ from typing import Any
 from aiayn.export.commands import add_export
 from aiayn.model.config import ModelConfig
 from aiayn.model.data import LANGUAGES, SPLITS
+from aiayn.model.folder import DEFAULT_MODEL
 from aiayn.serve.commands import add_serve, add_translate
 
 
@@ -163,7 +164,7 @@ def add_train(sub: Any) -> None:
 
 def add_eval(sub: Any) -> None:
     p = sub.add_parser("eval", help="translate a Multi30k split and print BLEU and chrF")
-    p.add_argument("--model", default="en-de", help="bundled model name (en-de, de-en) or model folder")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="bundled model name (en-de, de-en) or model folder")
     p.add_argument("--split", default="test_2016_flickr", choices=SPLITS)
     p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
     p.add_argument("--length-penalty", type=float, default=0.6)

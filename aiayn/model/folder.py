@@ -15,16 +15,18 @@ WEIGHTS_FILE = "model.safetensors"
 TRAINING_RECORD_FILE = "training.json"
 TRAINING_PLOT_FILE = "training.png"
 CHECKPOINT_DIR = "checkpoints"
+DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 
 # The bundled, trained folders live beside the package in a checkout (pip install -e .).
 PRETRAINED_DIR = Path(os.environ.get("AIAYN_PRETRAINED", Path(__file__).resolve().parents[2] / "pretrained"))
 
 
 def bundled_models() -> dict[str, Path]:
-    """Short name (``en-de``) → folder of every bundled model."""
+    """Short name (``en-de``) → folder of every bundled model, the default first."""
     if not PRETRAINED_DIR.is_dir():
         return {}
-    return {p.name: p for p in sorted(PRETRAINED_DIR.iterdir()) if (p / CONFIG_FILE).is_file()}
+    folders = sorted(PRETRAINED_DIR.iterdir(), key=lambda p: (p.name != DEFAULT_MODEL, p.name))
+    return {p.name: p for p in folders if (p / CONFIG_FILE).is_file()}
 
 
 def resolve_model(name_or_path: str | Path) -> Path:

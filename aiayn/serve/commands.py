@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aiayn.model.folder import DEFAULT_MODEL
 from aiayn.serve.engine import DEVICES
 
 
@@ -56,7 +57,7 @@ def add_translate(sub: Any) -> None:
     p = sub.add_parser("translate", help="translate text with a model folder (ONNX Runtime by default)")
     p.add_argument("text", nargs="?", default=None, help="text to translate (default: --input FILE or stdin)")
     p.add_argument("--input", default=None, help="UTF-8 text file, one sentence or paragraph per line")
-    p.add_argument("--model", default="en-de", help="bundled model name (en-de, de-en) or model folder")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="bundled model name (en-de, de-en) or model folder")
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="beam size; 1 is greedy")
     p.add_argument("--engine", choices=("onnx", "torch"), default="onnx")
     p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider (default auto)")
