@@ -1,7 +1,10 @@
-"""Hugging Face Spaces entry point: the translation page on the bundled models (ONNX Runtime, no torch)."""
+"""Hugging Face Spaces entry point: the translation page on the bundled models (ONNX Runtime and NumPy, no torch).
 
-from aiayn.serve.app import build_app
+A Space runs `python app.py` and sends its visitors to port 7860; locally, `aiayn serve` does the same on 127.0.0.1.
+"""
+
+from aiayn.serve.app import build_app, launch
 from aiayn.serve.service import TranslationService
 
 if __name__ == "__main__":
-    build_app(TranslationService(engine="onnx", device="auto")).launch(server_name="0.0.0.0")
+    launch(build_app(TranslationService(engine="onnx", device="auto")), host="0.0.0.0", port=7860)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiayn.bench.commands import add_bench
 from aiayn.export.commands import add_export
+from aiayn.export.contract import VARIANTS
 from aiayn.model.config import ModelConfig
 from aiayn.model.data import LANGUAGES, SPLITS
 from aiayn.model.folder import DEFAULT_MODEL
@@ -75,32 +76,23 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"model folder: {folder}", file=sys.stderr)
 
 
-def load_engine(folder: Path, engine: str, device: str) -> Any:
-    """The step engine of a model folder: PyTorch or ONNX Runtime."""
-    if engine == "torch":
-        from aiayn.model.engine import TorchEngine
-        from aiayn.model.weights import load_model
-
-        return TorchEngine(load_model(folder))
-    from aiayn.serve.engine import OnnxEngine
-
-    onnx_engine = OnnxEngine.load(folder, device=device)
-    print(f"execution provider: {onnx_engine.provider}", file=sys.stderr)
-    return onnx_engine
-
-
 def cmd_eval(args: argparse.Namespace) -> None:
     from aiayn.model.config import load_config
     from aiayn.model.evaluate import evaluate, load_split_for
     from aiayn.model.folder import resolve_model
     from aiayn.model.tokenizer import SubwordTokenizer
     from aiayn.search.translator import SearchSettings, Translator
+    from aiayn.serve.service import load_engine
 
     folder = resolve_model(args.model)
     corpus = load_split_for(folder, args.split, args.data)
     if args.limit:
         corpus = corpus.head(args.limit)
-    engine = load_engine(folder, args.engine, args.device)
+    engine = load_engine(folder, args.engine, args.device, args.variant)
+    print(
+        f"engine {args.engine} ({args.variant}), execution provider: {getattr(engine, 'provider', 'PyTorch')}",
+        file=sys.stderr,
+    )
     translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), load_config(folder).max_len)
     result = evaluate(translator, corpus, SearchSettings(beam_size=args.beam, length_penalty=args.length_penalty))
     summary = {
@@ -108,6 +100,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         "split": result.split,
         "sentences": result.sentences,
         "engine": args.engine,
+        "variant": args.variant,
         "beam": args.beam,
         "length_penalty": args.length_penalty,
         "seconds": round(result.seconds, 2),
@@ -169,19 +162,13 @@ def add_eval(sub: Any) -> None:
     p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--engine", choices=("torch", "onnx"), default="torch")
+    p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="ONNX execution provider")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
     p.add_argument("--output", default=None, help="also write the translations to this file")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--data", default=None, help="Multi30k folder (default: AIAYN_DATA, ../shared, or download)")
     p.set_defaults(func=cmd_eval)
-
-
-def not_yet(name: str) -> Callable[[argparse.Namespace], None]:
-    def run(args: argparse.Namespace) -> None:
-        raise UserError(f"`aiayn {name}` is not yet available in this version")
-
-    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,8 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export(sub)
     add_translate(sub)
     add_serve(sub)
-    for name in ("bench",):
-        sub.add_parser(name, help="not yet available").set_defaults(func=not_yet(name))
+    add_bench(sub)
     return parser
 
 

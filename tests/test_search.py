@@ -1,128 +1,225 @@
-"""The one NumPy search against a toy step model: greedy, beam = greedy at size 1, beam = exhaustive search."""
+"""The one NumPy search against a toy step model: greedy, beam 1 = greedy, a wide beam = exhaustive search."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from aiayn.search.beam import beam_search, length_penalty
-from aiayn.search.greedy import greedy_search
+from aiayn.search import beam_search, beam_search_nbest, gnmt_length_penalty, greedy_search
+from aiayn.search.beam import best_candidates
 
-BOS, EOS, PAD = 2, 3, 0
+PAD, BOS, EOS = 0, 1, 2
+KEYS, POSITIONS = 5, 7
 
 
 @dataclass(frozen=True)
 class ToyState:
-    prefixes: list[list[int]]  # fed tokens per row
-    sources: list[int]  # a per-row number that conditions the table
+    """What a real engine keeps as its KV cache: here just the fed tokens and the source key per row."""
+
+    prefixes: list[list[int]]
+    keys: list[int]
 
 
 class ToyModel:
-    """Log-probabilities from a fixed random table keyed by (source, last token, position)."""
+    """Log-probabilities from a fixed table indexed by (source key, last token, position, next token).
+
+    It checks what the search feeds it: one token per step, <s> first and only
+    first, never <pad>, nothing after </s>; and it records the rows per step.
+    """
 
     bos_id, eos_id, pad_id = BOS, EOS, PAD
 
-    def __init__(self, vocab: int, seed: int) -> None:
-        self.vocab = vocab
-        rng = np.random.default_rng(seed)
-        logits = rng.normal(size=(8, vocab, 12, vocab)) * 2
-        logits[..., [PAD, BOS]] = -np.inf  # never generated
-        self.table = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = table.astype(np.float32)  # (keys, vocab, positions, vocab)
+        self.rows_per_step: list[int] = []
+
+    @classmethod
+    def random(cls, vocab: int, seed: int) -> ToyModel:
+        logits = np.random.default_rng(seed).normal(size=(KEYS, vocab, POSITIONS, vocab)) * 2
+        logits[..., [PAD, BOS]] = -np.inf  # never generated, as a real engine could mask them
+        return cls(logits - np.log(np.exp(logits).sum(-1, keepdims=True)))
+
+    @classmethod
+    def from_weights(cls, weights: np.ndarray) -> ToyModel:
+        """Normalise non-negative weights (keys, vocab, positions, vocab); <pad> and <s> get none."""
+        weights = weights.copy()
+        weights[..., [PAD, BOS]] = 0.0
+        with np.errstate(divide="ignore"):
+            return cls(np.log(weights / weights.sum(-1, keepdims=True)))
+
+    @staticmethod
+    def key(src_row: np.ndarray) -> int:
+        return int(src_row[src_row != PAD].sum()) % KEYS
 
     def start(self, src_ids: np.ndarray) -> ToyState:
-        return ToyState([[] for _ in src_ids], [int(row[0]) % 8 for row in src_ids])
+        return ToyState([[] for _ in src_ids], [self.key(row) for row in src_ids])
 
     def step(self, state: ToyState, tgt_ids: np.ndarray) -> tuple[np.ndarray, ToyState]:
-        prefixes = [p + list(t) for p, t in zip(state.prefixes, tgt_ids.tolist(), strict=True)]
-        rows = [self.table[s, p[-1], (len(p) - 1) % 12] for s, p in zip(state.sources, prefixes, strict=True)]
-        return np.stack(rows).astype(np.float32), ToyState(prefixes, state.sources)
+        assert tgt_ids.shape == (len(state.prefixes), 1) and tgt_ids.dtype == np.int64
+        prefixes = [p + t for p, t in zip(state.prefixes, tgt_ids.tolist(), strict=True)]
+        for p in prefixes:
+            assert p[0] == BOS and BOS not in p[1:] and PAD not in p and EOS not in p[:-1], p
+        self.rows_per_step.append(len(prefixes))
+        log_probs = [self.table[k, p[-1], (len(p) - 1) % POSITIONS] for k, p in zip(state.keys, prefixes, strict=True)]
+        return np.stack(log_probs), ToyState(prefixes, state.keys)
 
     def select(self, state: ToyState, rows: np.ndarray) -> ToyState:
-        return ToyState([list(state.prefixes[r]) for r in rows], [state.sources[r] for r in rows])
+        return ToyState([list(state.prefixes[r]) for r in rows], [state.keys[r] for r in rows])
 
-    def score(self, source: int, output: list[int]) -> float:
-        """log P(output </s>) under the table."""
-        tokens, total = [BOS, *output, EOS], 0.0
+    def log_prob(self, key: int, output: list[int], ended: bool = True) -> float:
+        """log P(output, then </s> if ``ended``), summed in the search's order."""
+        tokens, total = [BOS, *output, *([EOS] if ended else [])], 0.0
         for position in range(len(tokens) - 1):
-            total += self.table[source, tokens[position], position % 12, tokens[position + 1]]
-        return float(total)
+            total += float(self.table[key, tokens[position], position % POSITIONS, tokens[position + 1]])
+        return total
 
 
-def sources(*firsts: int, length: int = 3) -> np.ndarray:
-    return np.array([[f] + [5] * (length - 2) + [EOS] for f in firsts])
+def score(model: ToyModel, key: int, output: list[int], ended: bool, alpha: float) -> float:
+    return model.log_prob(key, output, ended) / gnmt_length_penalty(len(output) + ended, alpha)
+
+
+def source(*tokens: int) -> np.ndarray:
+    return np.array([[*tokens, EOS]])
 
 
 def test_greedy_takes_the_argmax_and_stops_at_eos() -> None:
-    model = ToyModel(vocab=9, seed=0)
-    out = greedy_search(model, sources(4), max_len=10)[0]
-    assert EOS not in out and len(out) <= 10
-    prefix = [BOS]
-    for token in out + [EOS]:
-        if len(prefix) > 10:
-            break
-        assert token == int(model.table[4 % 8, prefix[-1], len(prefix) - 1].argmax())
-        prefix.append(token)
+    for seed in range(10):
+        model = ToyModel.random(vocab=8, seed=seed)
+        src = source(3, 4)
+        out = greedy_search(model, src, max_len=12)[0]
+        key, prefix = ToyModel.key(src[0]), [BOS]
+        for token in out:
+            assert token == model.table[key, prefix[-1], (len(prefix) - 1) % POSITIONS].argmax()
+            prefix.append(token)
+        if len(out) < 12:  # it stopped because </s> was the argmax
+            assert model.table[key, prefix[-1], (len(prefix) - 1) % POSITIONS].argmax() == EOS
 
 
 def test_beam_of_one_is_greedy() -> None:
-    for seed in range(5):
-        model = ToyModel(vocab=9, seed=seed)
-        src = sources(4, 5, 6, 7)
-        assert beam_search(model, src, beam_size=1, max_len=8) == greedy_search(model, src, max_len=8)
+    src = np.array([[3, 4, 5, EOS], [6, EOS, PAD, PAD], [4, 4, EOS, PAD]])
+    for seed in range(10):
+        model = ToyModel.random(vocab=9, seed=seed)
+        for max_len in (1, 3, 9, None):
+            assert beam_search(model, src, beam_size=1, max_len=max_len) == greedy_search(model, src, max_len)
 
 
+def test_beam_escapes_the_greedy_trap() -> None:
+    vocab, a, b = 6, 3, 4
+    table = np.full((KEYS, vocab, POSITIONS, vocab), 1e-3)
+    table[:, :, :, EOS] = 1.0  # by default, stop
+    table[:, BOS, 0, [a, b, EOS]] = [0.5, 0.4, 0.1]  # greedy takes a ...
+    table[:, a, 1, [EOS, a, b, 5]] = [0.3, 0.25, 0.25, 0.2]  # ... which leads nowhere sure
+    table[:, b, 1, EOS] = 50.0  # while b is almost surely followed by </s>
+    model = ToyModel.from_weights(table)
+    greedy, beam = greedy_search(model, source(3))[0], beam_search(model, source(3), beam_size=2)[0]
+    assert greedy == [a] and beam == [b]
+    key = ToyModel.key(source(3)[0])
+    assert score(model, key, beam, True, 0.6) > score(model, key, greedy, True, 0.6) + 0.5
+
+
+def test_an_early_eos_does_not_take_a_live_beams_place() -> None:
+    vocab, a, b = 6, 3, 4
+    table = np.full((KEYS, vocab, POSITIONS, vocab), 1.0)
+    table[:, BOS, 0, [EOS, a, b, 5]] = [0.4, 0.3, 0.25, 0.05]
+    table[:, b, 1, EOS] = 100.0
+    model = ToyModel.from_weights(table)
+    nbest = beam_search_nbest(model, source(3), beam_size=2)[0]
+    assert [h.tokens for h in nbest] == [[], [b]]
+
+
+def test_best_candidates_breaks_ties_by_the_lower_index() -> None:
+    scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [-np.inf, -np.inf, 0.5, -np.inf, -np.inf, -np.inf]])
+    assert best_candidates(scores, 2).tolist() == [[1, 2], [2, 0]]
+    assert best_candidates(scores, 4).tolist() == [[1, 2, 4, 5], [2, 0, 1, 3]]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
 @pytest.mark.parametrize("seed", range(6))
-def test_a_wide_beam_finds_the_exhaustive_optimum(seed: int) -> None:
-    vocab, max_len, alpha = 6, 4, 0.6
-    model = ToyModel(vocab=vocab, seed=seed)
-    words = [t for t in range(vocab) if t not in (PAD, BOS, EOS)]
-    best = max(
-        (
-            (model.score(1, list(out)) / length_penalty(len(out) + 1, alpha), list(out))
-            for n in range(max_len)
-            for out in itertools.product(words, repeat=n)
-        ),
-        key=lambda pair: pair[0],
-    )
-    found = beam_search(model, sources(1), beam_size=len(words) ** max_len, alpha=alpha, max_len=max_len)[0]
-    # At the limit the search finishes its live beams as they are, so compare with the best of both kinds.
-    score = model.score(1, found) / length_penalty(len(found) + 1, alpha)
-    assert score >= best[0] - 1e-5 or len(found) == max_len
+def test_a_wide_beam_is_exhaustive_search(seed: int, alpha: float) -> None:
+    """With a beam as wide as all outputs, nothing is pruned: the n-best is the exact ranking."""
+    vocab, max_len = 6, 4
+    model = ToyModel.random(vocab=vocab, seed=seed)
+    src = source(3, 5)
+    key = ToyModel.key(src[0])
+    words = range(EOS + 1, vocab)
+    ended = [list(o) for n in range(max_len) for o in itertools.product(words, repeat=n)]
+    cut = [list(o) for o in itertools.product(words, repeat=max_len)]  # finished at the limit, without </s>
+    every = [(score(model, key, o, True, alpha), o) for o in ended]
+    every += [(score(model, key, o, False, alpha), o) for o in cut]
+    every.sort(key=lambda pair: -pair[0])
+    beam = len(words) ** max_len
+    nbest = beam_search_nbest(model, src, beam_size=beam, length_penalty=alpha, max_len=max_len)[0]
+    assert [h.tokens for h in nbest] == [o for _, o in every[:beam]]
+    np.testing.assert_allclose([h.score for h in nbest], [s for s, _ in every[:beam]], rtol=1e-6)
+    assert beam_search(model, src, beam_size=beam, length_penalty=alpha, max_len=max_len)[0] == every[0][1]
 
 
-def test_beam_beats_greedy_on_the_length_penalised_score() -> None:
-    wins = 0
-    for seed in range(20):
-        model = ToyModel(vocab=9, seed=seed)
-        greedy = greedy_search(model, sources(2), max_len=6)[0]
-        beam = beam_search(model, sources(2), beam_size=4, max_len=6)[0]
-        g = model.score(2, greedy) / length_penalty(len(greedy) + 1, 0.6)
-        b = model.score(2, beam) / length_penalty(len(beam) + 1, 0.6)
-        wins += b > g + 1e-6
-        assert b >= g - 1e-6 or len(greedy) == 6
-    assert wins > 0
+def test_nbest_scores_are_the_model_scores() -> None:
+    model = ToyModel.random(vocab=9, seed=4)
+    src = np.array([[3, 4, 5, EOS], [6, EOS, PAD, PAD]])
+    for row, hyps in zip(src, beam_search_nbest(model, src, beam_size=4, max_len=5), strict=True):
+        assert 1 <= len(hyps) <= 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:  # an output ends with </s> unless it was cut at the limit
+            ended = len(h.tokens) < 5
+            assert h.score == pytest.approx(score(model, ToyModel.key(row), h.tokens, ended, 0.6))
 
 
-def test_batched_search_equals_one_sentence_at_a_time() -> None:
-    model = ToyModel(vocab=9, seed=3)
-    src = np.array([[4, 5, 6, EOS], [5, EOS, PAD, PAD], [6, 7, EOS, PAD]])
-    for search in (greedy_search, beam_search):
-        batched = search(model, src)
-        single = [search(model, src[i : i + 1, : int((src[i] != PAD).sum())])[0] for i in range(3)]
-        assert batched == single
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_a_padded_batch_equals_one_sentence_at_a_time(search: Callable[..., list[list[int]]]) -> None:
+    src = np.array([[3, 4, 5, 6, EOS], [5, EOS, PAD, PAD, PAD], [6, 3, EOS, PAD, PAD], [4, EOS, 0, 0, 0]])
+    for seed in range(5):
+        model = ToyModel.random(vocab=9, seed=seed)
+        for max_len in (None, 4, np.array([2, 7, 1, 5])):
+            batched = search(model, src, max_len=max_len)
+            limits = np.broadcast_to(max_len, (4,)) if max_len is not None else [None] * 4
+            unpadded = [src[i : i + 1, : int((src[i] != PAD).sum())] for i in range(4)]
+            single = [search(model, one, max_len=limit)[0] for one, limit in zip(unpadded, limits, strict=True)]
+            assert batched == single
 
 
-def test_default_max_len_is_source_length_plus_50() -> None:
-    class NeverEnds(ToyModel):
-        def step(self, state: ToyState, tgt_ids: np.ndarray) -> tuple[np.ndarray, ToyState]:
-            log_probs, state = super().step(state, tgt_ids)
-            log_probs[:, EOS] = -np.inf
-            return log_probs, state
+class NeverEnds(ToyModel):
+    """A model that never gives </s>: every output runs to its limit."""
 
-    model = NeverEnds(vocab=7, seed=0)
+    def step(self, state: ToyState, tgt_ids: np.ndarray) -> tuple[np.ndarray, ToyState]:
+        log_probs, state = super().step(state, tgt_ids)
+        log_probs[:, EOS] = -np.inf
+        return log_probs, state
+
+
+def test_default_max_len_is_the_real_source_length_plus_50() -> None:
+    model = NeverEnds(ToyModel.random(vocab=7, seed=0).table)
     src = np.array([[4, 5, EOS], [4, EOS, PAD]])
     assert [len(o) for o in greedy_search(model, src)] == [53, 52]
-    assert [len(o) for o in beam_search(model, src, beam_size=2)] == [53, 52]
+    assert [len(o) for o in beam_search(model, src, beam_size=3)] == [53, 52]
+    assert [len(o) for o in beam_search(model, src, beam_size=2, max_len=np.array([4, 9]))] == [4, 9]
+
+
+def test_outputs_respect_max_len_and_hold_no_special_tokens() -> None:
+    src = np.array([[3, 4, 5, EOS], [6, EOS, PAD, PAD]])
+    for seed in range(10):
+        model = ToyModel.random(vocab=8, seed=seed)
+        for max_len in (1, 2, 6):
+            for out in greedy_search(model, src, max_len) + beam_search(model, src, 3, max_len=max_len):
+                assert len(out) <= max_len and not {PAD, BOS, EOS} & set(out)
+
+
+def test_done_sentences_leave_the_state() -> None:
+    model = NeverEnds(ToyModel.random(vocab=7, seed=0).table)
+    greedy_search(model, np.array([[4, EOS], [5, EOS]]), max_len=np.array([2, 6]))
+    assert model.rows_per_step == [2, 2, 1, 1, 1, 1]
+    model.rows_per_step.clear()
+    beam_search(model, np.array([[4, EOS], [5, EOS]]), beam_size=3, max_len=np.array([2, 4]))
+    assert model.rows_per_step == [6, 6, 3, 3]
+
+
+def test_bad_settings_are_refused() -> None:
+    model = ToyModel.random(vocab=7, seed=0)
+    with pytest.raises(ValueError, match="beam size"):
+        beam_search(model, source(3), beam_size=0)
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_search(model, source(3), max_len=0)

@@ -1,23 +1,31 @@
-"""The page's API through gradio_client against a real server on loopback, the bundled en-de model."""
+"""The API through gradio_client against `aiayn serve` started as a real process on loopback (bundled models)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from gradio_client import Client, handle_file
 
-from aiayn.serve.app import build_app
-from aiayn.serve.service import TranslationService
-
 SENTENCES = ["Two dogs play in the snow.", "A man in a blue shirt is riding a bike.", "A girl jumps into the pool."]
+STARTUP_TIMEOUT_S = 120
+LOAD_REQUESTS, LOAD_CLIENTS = 200, 8
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    pid: int
 
 
 def free_port() -> int:
@@ -26,85 +34,143 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"`aiayn serve` exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"`aiayn serve` did not answer within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
 @pytest.fixture(scope="module")
-def server(bundled: dict[str, Path]) -> Iterator[str]:
-    app = build_app(TranslationService(engine="onnx", device="cpu"))
+def server(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    app.close()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    command = [
+        sys.executable,
+        "-m",
+        "aiayn.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+    ]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until_up(url, process, log)
+        assert "serving en-de, de-en with ONNX Runtime on CPUExecutionProvider" in log.read_text()
+        yield Server(url, process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
-def client(server: str) -> Client:
-    return Client(server, verbose=False)
+def client(server: Server) -> Client:
+    return Client(server.url, verbose=False)
 
 
-def cli_translate(lines: list[str]) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "translate", "--model", "en-de", "--device", "cpu"],
-        input="\n".join(lines),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+def cli_translate(lines: list[str], model: str = "en-de", beam: int = 4) -> list[str]:
+    command = [sys.executable, "-m", "aiayn.cli", "translate", "--model", model, "--beam", str(beam), "--device", "cpu"]
+    out = subprocess.run(command, input="\n".join(lines), capture_output=True, text=True, check=True)
     return out.stdout.splitlines()
 
 
+def translate(client: Client, text: str, direction: str = "en-de", beam: int = 4) -> tuple[str, str]:
+    return client.predict(text, direction, beam, api_name="/translate")
+
+
 def test_api_translation_equals_the_cli_and_reports_the_provider(client: Client) -> None:
-    expected = cli_translate(SENTENCES)
-    for sentence, want in zip(SENTENCES, expected, strict=True):
-        text, status = client.predict(sentence, "en-de", 4, api_name="/translate")
-        assert text == want
-        assert "CPUExecutionProvider" in status
-    assert client.predict("Zwei Hunde spielen im Schnee.", "de-en", 4, api_name="/translate")[0] == (
-        "Two dogs play in the snow."
-    )
+    for sentence, expected in zip(SENTENCES, cli_translate(SENTENCES), strict=True):
+        text, status = translate(client, sentence)
+        assert text == expected
+        assert status.startswith("1 sentence(s) in ") and status.endswith(" ms on CPUExecutionProvider")
+    assert translate(client, "Zwei Hunde spielen im Schnee.", "de-en")[0] == "Two dogs play in the snow."
+    lines, _ = translate(client, "\n".join(SENTENCES[:2]) + "\n\n" + SENTENCES[2], beam=1)
+    assert lines.split("\n") == [*cli_translate(SENTENCES[:2], beam=1), "", *cli_translate(SENTENCES[2:], beam=1)]
 
 
-@pytest.mark.parametrize("text", ["", "   \n  "])
+@pytest.mark.parametrize("text", ["", "   ", " \n\t "])
 def test_empty_input_gives_an_empty_answer(client: Client, text: str) -> None:
-    assert client.predict(text, "en-de", 4, api_name="/translate")[0].strip() == ""
+    translated, status = translate(client, text)
+    assert translated.strip() == "" and status.startswith("Nothing to translate")
 
 
 def test_bad_inputs_get_clear_answers_and_the_server_keeps_serving(client: Client, tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="5000"):
-        client.predict("Dogs run. " * 1000, "en-de", 4, api_name="/translate")
-    long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~400 tokens
-    translated, _ = client.predict(long_sentence, "en-de", 1, api_name="/translate")
-    assert translated.count("Hund") >= 20  # split into pieces, every piece translated
-    mixed, _ = client.predict("A dog 🐕 runs — 狗 runs. Привет!", "en-de", 4, api_name="/translate")
-    assert isinstance(mixed, str) and mixed
-    bad = tmp_path / "latin1.txt"
-    bad.write_bytes("Ein Hund läuft.".encode("latin-1"))
-    with pytest.raises(Exception, match="UTF-8"):
-        client.predict(handle_file(str(bad)), "de-en", 4, api_name="/translate_file")
+    with pytest.raises(Exception, match="10000 characters; at most 5000"):
+        translate(client, "Dogs run. " * 1000)
+    long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens, one sentence
+    assert translate(client, long_sentence, beam=1)[0] == cli_translate([long_sentence], beam=1)[0]
+    mixed = "A dog 🐕 runs on the beach — 狗. Привет! Ein Hund läuft."
+    text, status = translate(client, mixed)
+    assert text == cli_translate([mixed])[0] and text.startswith("Ein Hund") and "Привет!" in text
+    left_out = status.split("left out: ")[1].split(" · ")[0].split()
+    assert {"🐕", "狗"} <= set(left_out) and "1 sentence(s) without a known word kept" in status
+    with pytest.raises(Exception, match="greater than maximum value 8"):
+        translate(client, SENTENCES[0], beam=9)
+    with pytest.raises(Exception, match="en-fr is not in the list of choices"):
+        translate(client, SENTENCES[0], "en-fr")
+    assert translate(client, SENTENCES[0])[0] == cli_translate(SENTENCES[:1])[0]
+
+
+def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(client: Client, tmp_path: Path) -> None:
     good = tmp_path / "lines.txt"
-    good.write_text("Two dogs play in the snow.\n\nA girl jumps into the pool.\n", encoding="utf-8")
+    good.write_text(f"{SENTENCES[0]}\n\n{SENTENCES[2]}\n", encoding="utf-8")
     out = Path(client.predict(handle_file(str(good)), "en-de", 4, api_name="/translate_file"))
+    assert out.name == "lines.en-de.txt"
     assert out.read_text(encoding="utf-8").splitlines() == [
-        cli_translate([SENTENCES[0]])[0],
+        cli_translate(SENTENCES[:1])[0],
         "",
-        cli_translate([SENTENCES[2]])[0],
+        cli_translate(SENTENCES[2:])[0],
     ]
-    assert client.predict(SENTENCES[0], "en-de", 4, api_name="/translate")[0]
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Ein Hund läuft.".encode("latin-1"))
+    with pytest.raises(Exception, match="not UTF-8 text"):
+        client.predict(handle_file(str(latin1)), "de-en", 4, api_name="/translate_file")
+    big = tmp_path / "big.txt"
+    big.write_text("A dog runs.\n" * 5000, encoding="utf-8")
+    with pytest.raises(Exception, match="the file has 60000 characters; at most 50000"):
+        client.predict(handle_file(str(big)), "en-de", 4, api_name="/translate_file")
+    assert translate(client, SENTENCES[1])[0] == cli_translate(SENTENCES[1:2])[0]
 
 
-def test_concurrent_load_matches_serial_answers(server: str) -> None:
-    serial = {s: Client(server, verbose=False).predict(s, "en-de", 4, api_name="/translate")[0] for s in SENTENCES}
-    clients = [Client(server, verbose=False) for _ in range(8)]
+def rss_mib(pid: int) -> tuple[float, float]:
+    """Resident memory now and at its peak (VmRSS, VmHWM) of a process, in MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def test_concurrent_load_matches_serial_answers(server: Server) -> None:
+    serial = {s: translate(Client(server.url, verbose=False), s)[0] for s in SENTENCES}
+    clients = [Client(server.url, verbose=False) for _ in range(LOAD_CLIENTS)]
 
     def request(i: int) -> tuple[str, str, float]:
         sentence = SENTENCES[i % len(SENTENCES)]
         started = time.perf_counter()
-        text, _ = clients[i % 8].predict(sentence, "en-de", 4, api_name="/translate")
+        text, _ = translate(clients[i % LOAD_CLIENTS], sentence)
         return sentence, text, time.perf_counter() - started
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(request, range(200)))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=LOAD_CLIENTS) as pool:
+        results = list(pool.map(request, range(LOAD_REQUESTS)))
+    elapsed = time.perf_counter() - started
+    assert len(results) == LOAD_REQUESTS
     assert all(text == serial[sentence] for sentence, text, _ in results)
     latencies = sorted(seconds * 1000 for _, _, seconds in results)
+    rss, peak = rss_mib(server.pid)
     print(
-        f"\n200 requests, 8 clients: median {statistics.median(latencies):.0f} ms, "
-        f"p95 {latencies[int(0.95 * len(latencies)) - 1]:.0f} ms"
+        f"\n{LOAD_REQUESTS} requests from {LOAD_CLIENTS} clients in {elapsed:.1f} s: "
+        f"median {statistics.median(latencies):.0f} ms, p95 {latencies[int(0.95 * len(latencies)) - 1]:.0f} ms; "
+        f"server RSS {rss:.0f} MiB (peak {peak:.0f} MiB)"
     )

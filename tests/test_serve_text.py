@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from aiayn.serve.text import MAX_CHARS, InputTooLong, check_length, layout, reassemble, split_long, split_sentences
+from aiayn.serve.text import (
+    MAX_CHARS,
+    MAX_FILE_CHARS,
+    InputTooLong,
+    check_length,
+    layout,
+    reassemble,
+    split_long,
+    split_sentences,
+)
 
 
 def test_sentences_are_split_and_lines_kept() -> None:
@@ -16,8 +25,18 @@ def test_sentences_are_split_and_lines_kept() -> None:
     )
 
 
-def test_abbreviation_like_dots_inside_a_sentence_do_not_split() -> None:
-    assert split_sentences("The price is 3.5 euros and it is fine.") == ["The price is 3.5 euros and it is fine."]
+@pytest.mark.parametrize(
+    ("line", "sentences"),
+    [
+        ("The price is 3.5 euros and it is fine.", ["The price is 3.5 euros and it is fine."]),
+        ('He said "Go." Then he left.', ['He said "Go."', "Then he left."]),
+        ("Mr. Smith and Dr. Weber talk, z.B. Bello. Gut.", ["Mr. Smith and Dr. Weber talk, z.B. Bello.", "Gut."]),
+        ("Wait... what? No.", ["Wait... what?", "No."]),
+        ("Hello. Привет! 2 dogs run. 狗 runs.", ["Hello.", "Привет!", "2 dogs run.", "狗 runs."]),
+    ],
+)
+def test_sentence_ends_keep_every_character(line: str, sentences: list[str]) -> None:
+    assert split_sentences(line) == sentences
 
 
 def test_empty_and_blank_text_give_no_sentences() -> None:
@@ -33,11 +52,13 @@ def test_long_sentences_are_split_at_words_not_truncated() -> None:
 
 
 def test_a_single_overlong_word_is_refused_with_a_message() -> None:
-    with pytest.raises(InputTooLong, match="exceeds the limit"):
+    with pytest.raises(InputTooLong, match="single word of 50 tokens is over the limit of 10"):
         split_long("x" * 50, len, limit=10)
 
 
-def test_request_size_limit_is_stated() -> None:
+def test_request_and_file_limits_are_stated() -> None:
     check_length("a" * MAX_CHARS)
-    with pytest.raises(InputTooLong, match=str(MAX_CHARS)):
+    with pytest.raises(InputTooLong, match=f"{MAX_CHARS + 1} characters; at most {MAX_CHARS}"):
         check_length("a" * (MAX_CHARS + 1))
+    with pytest.raises(InputTooLong, match=f"the file has .* at most {MAX_FILE_CHARS}"):
+        check_length("a" * (MAX_FILE_CHARS + 1), MAX_FILE_CHARS, "the file")

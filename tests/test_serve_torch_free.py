@@ -1,4 +1,4 @@
-"""The serve path never imports torch: the CLI translate path and the page run where `import torch` fails."""
+"""The serve path never imports torch: load, translate, the page and its API, and the CLI run where torch fails."""
 
 from __future__ import annotations
 
@@ -19,15 +19,26 @@ sys.meta_path.insert(0, BlockTorch())
 """
 
 SERVE = """
+import socket
 import sys
+
+from gradio_client import Client
+
 from aiayn.cli import main
-from aiayn.serve.app import build_app
+from aiayn.serve.app import build_app, launch
 from aiayn.serve.service import TranslationService
 
 service = TranslationService(engine="onnx", device="auto")
 print(service.translate("Two dogs play in the snow.", "en-de", 4).text)
-build_app(service)
+app = build_app(service)
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+launch(app, port=port, block=False)
+print(Client(f"http://127.0.0.1:{port}/", verbose=False).predict("A girl jumps.", "en-de", 1, api_name="/translate")[0])
+app.close()
 assert main(["translate", "--model", "de-en", "Zwei Hunde spielen im Schnee."]) == 0
+assert main(["translate", "--engine", "torch", "A dog."]) == 2
 assert not any(name == "torch" or name.startswith("torch.") for name in sys.modules)
 """
 
@@ -46,4 +57,6 @@ def test_serve_path_runs_without_torch(bundled: dict[str, Path], tmp_path: Path)
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.splitlines() == ["Zwei Hunde spielen im Schnee.", "Two dogs play in the snow."]
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("Closing server")]
+    assert lines == ["Zwei Hunde spielen im Schnee.", "Ein Mädchen springt.", "Two dogs play in the snow."]
+    assert "the torch engine needs PyTorch" in result.stderr

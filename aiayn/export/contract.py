@@ -18,8 +18,18 @@ OPSET = 18
 CONTRACT_VERSION = 1
 
 
+# Every variant has the same inputs and outputs, dtypes included, so one engine drives them all.
+VARIANTS = {
+    "fp32": "the reference, checked against PyTorch; large weights stored as fp16 + Cast, exactly",
+    "int8": "ONNX Runtime dynamic quantization: int8 MatMul and Gather weights (for CPUs)",
+    "fp16": "fp16 arithmetic inside (for CUDA); positions and the final log-softmax stay fp32",
+}
+
+
 def variant_file(base: str, variant: str) -> str:
     """``encoder.onnx`` → ``encoder.int8.onnx`` for a variant (``fp32`` is the base file)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown ONNX variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     return base if variant == "fp32" else base.replace(".onnx", f".{variant}.onnx")
 
 
@@ -77,7 +87,7 @@ def encoder_spec(config: ModelConfig) -> GraphSpec:
         ENCODER_FILE,
         inputs=(
             TensorSpec(
-                "src_ids", "int64", ("batch", "src_len"), f"source token ids ending in </s>, right-padded with {pad}"
+                "src_ids", "int64", ("batch", "src_len"), f"source token ids ending in `</s>`, right-padded with {pad}"
             ),
         ),
         outputs=(
@@ -91,9 +101,13 @@ def decoder_spec(config: ModelConfig) -> GraphSpec:
     return GraphSpec(
         DECODER_FILE,
         inputs=(
-            TensorSpec("tgt_ids", "int64", ("batch", "new_len"), "target ids after the cached ones (first step: <s>)"),
+            TensorSpec(
+                "tgt_ids", "int64", ("batch", "new_len"), "target ids after the cached ones (first step: `<s>`)"
+            ),
             TensorSpec("position_offset", "int64", (), "position of the first new token (= past_len)"),
-            TensorSpec("src_mask", "bool", ("batch", "src_len"), "true where src_ids is a real token"),
+            TensorSpec(
+                "src_mask", "bool", ("batch", "src_len"), "true where `src_ids` is a real token (false on padding)"
+            ),
             *cross_kv_specs(config),
             *self_kv_specs(config, "past", "past_len", "cached so far (past_len 0 on the first step)"),
         ),
@@ -106,7 +120,7 @@ def decoder_spec(config: ModelConfig) -> GraphSpec:
                 "cross_attention",
                 "float32",
                 ("batch", config.n_heads, "new_len", "src_len"),
-                "last decoder layer's cross-attention weights",
+                "last decoder layer's cross-attention weights (the attention view)",
             ),
         ),
     )
@@ -138,6 +152,17 @@ def markdown_table(config: ModelConfig) -> str:
                 shape = "[" + ", ".join(str(axis) for axis in spec.shape) + "]"
                 lines.append(f"| {role} | `{name}` | {spec.dtype} | {shape} | {meaning} |")
         lines.append("")
-    n = config.n_decoder_layers
-    lines.append(f"`.i` stands for each decoder layer i = 0..{n - 1}, in that order, key before value.")
+    n, tokens = config.n_decoder_layers, config.special_tokens
+    lines += [
+        f"`.i` stands for each decoder layer i = 0..{n - 1}, in that order, key before value.",
+        f"Special ids: `<pad>` {tokens.pad}, `<unk>` {tokens.unk}, `<s>` {tokens.bos}, `</s>` {tokens.eos}.",
+        "A step feeds the `present_*` outputs back as the next `past_*` inputs; start with past_len 0.",
+        "",
+        "| variant | files | what it is |",
+        "|---|---|---|",
+        *(
+            f"| {name} | `{variant_file(ENCODER_FILE, name)}`, `{variant_file(DECODER_FILE, name)}` | {meaning} |"
+            for name, meaning in VARIANTS.items()
+        ),
+    ]
     return "\n".join(lines)

@@ -9,16 +9,16 @@ from torch import Tensor, nn
 
 
 def scaled_dot_product_attention(
-    query: Tensor, key: Tensor, value: Tensor, allowed: Tensor, dropout: nn.Module
+    query: Tensor, key: Tensor, value: Tensor, allowed: Tensor, dropout: nn.Module, scale: float
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(QKᵀ / √d_k) V, eq. 1.
 
+    ``scale`` is 1/√d_k, a plain number so that exported graphs hold it as a constant.
     ``allowed`` is a boolean mask broadcastable to (batch, heads, q_len, k_len);
     a blocked key gets -inf, so a query with no allowed key shows up as NaN
     instead of being hidden by a large finite fill.
     """
-    d_head = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_head)  # (batch, heads, q_len, k_len)
+    scores = query @ key.transpose(-2, -1) * scale  # (batch, heads, q_len, k_len)
     scores = scores.masked_fill(~allowed, float("-inf"))
     weights = F.softmax(scores, dim=-1)
     return dropout(weights) @ value, weights  # (batch, heads, q_len, d_head)
@@ -36,6 +36,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
+        self.scale = 1.0 / math.sqrt(self.d_head)
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
@@ -57,7 +58,7 @@ class MultiHeadAttention(nn.Module):
         (batch, heads, q_len, k_len).
         """
         query = self.split_heads(self.w_q(x))
-        context, weights = scaled_dot_product_attention(query, key, value, allowed, self.dropout)
+        context, weights = scaled_dot_product_attention(query, key, value, allowed, self.dropout, self.scale)
         batch, _, q_len, _ = context.shape
         context = context.transpose(1, 2).reshape(batch, q_len, self.n_heads * self.d_head)
         return self.w_o(context), weights

@@ -97,6 +97,11 @@ def encode_corpus(tokenizer: SubwordTokenizer, corpus: ParallelCorpus, eos: int)
     return src, tokenizer.encode_batch(corpus.tgt)
 
 
+def bare_lengths(src: list[list[int]], tgt: list[list[int]]) -> tuple[list[int], list[int]]:
+    """Token counts without </s> or <s>: ``token_batches`` adds the one special token of each side itself."""
+    return [len(s) - 1 for s in src], [len(t) for t in tgt]
+
+
 def make_batch(
     rows: list[int], src: list[list[int]], tgt: list[list[int]], config: ModelConfig, device: torch.device
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -128,7 +133,7 @@ def validate(
     config = model.config
     total_loss, total_tokens = 0.0, 0
     with torch.inference_mode():
-        for rows in token_batches([len(s) for s in val_src], [len(t) for t in val_tgt], max_tokens, 0, 0):
+        for rows in token_batches(*bare_lengths(val_src, val_tgt), max_tokens, 0, 0):
             src_ids, tgt_in, tgt_out = make_batch(rows, val_src, val_tgt, config, device)
             logits = model(src_ids, tgt_in)
             total_loss += F.cross_entropy(
@@ -232,8 +237,7 @@ class Trainer:
 
     def epoch_batches(self) -> list[list[int]]:
         batches = token_batches(
-            [len(s) for s in self.train_src],
-            [len(t) + 1 for t in self.train_tgt],
+            *bare_lengths(self.train_src, self.train_tgt),
             self.options.max_tokens,
             self.options.seed,
             self.epoch,

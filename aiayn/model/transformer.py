@@ -41,7 +41,8 @@ class Transformer(nn.Module):
     def embed(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         """§3.4–3.5: scaled token embeddings plus positions ``offset ..``, then dropout (§5.4)."""
         positions = torch.arange(ids.size(1), device=ids.device) + offset
-        return self.dropout(self.embedding(ids) + sinusoidal_positions(positions, self.config.d_model))
+        tokens = self.embedding(ids)
+        return self.dropout(tokens + sinusoidal_positions(positions, self.config.d_model).to(tokens.dtype))
 
     def source_mask(self, src_ids: Tensor) -> Tensor:
         return padding_mask(src_ids, self.config.special_tokens.pad)  # (batch, 1, 1, src_len)

@@ -1,81 +1,125 @@
-"""Beam search with the GNMT length penalty (§6.1: beam 4, α = 0.6), batched over sentences."""
+"""Beam search with the GNMT length penalty (§6.1: beam 4, α = 0.6), batched over sentences.
+
+Stopping rule (fairseq's): a sentence is done once it holds ``beam_size`` finished
+hypotheses, when it reaches its length limit (its live beams are then finished as
+they are, without </s>), or when no live beam is left. With beam 1 this is exactly
+greedy search. The exact bound of tensor2tensor (stop only when the best live score
+over lp(max length) cannot beat the best finished one) would keep nearly every
+sentence running to its limit of source length + 50 for a rare gain.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from aiayn.search.greedy import default_max_len
+from aiayn.search.greedy import max_lengths
 from aiayn.search.step import StepModel
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016); |Y| counts the generated tokens including </s>."""
+@dataclass(frozen=True)
+class Hypothesis:
+    """A finished output: its ids (without <s>, </s>) and its log-probability over the length penalty."""
+
+    tokens: list[int]
+    score: float
+
+
+def gnmt_length_penalty(length: int, alpha: float) -> float:
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016); |Y| counts the generated tokens, </s> included."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def beam_search(
-    model: StepModel,
+def best_candidates(scores: np.ndarray, m: int) -> np.ndarray:
+    """Column indices of the ``m`` largest ``scores`` (rows, columns) per row, best first, (rows, m).
+
+    Ties go to the lower index, so the result never depends on how np.partition
+    orders them: at the m-th largest value, the tied columns are taken from the left.
+    """
+    threshold = np.partition(scores, -m, axis=1)[:, [-m]]  # (rows, 1) the m-th largest
+    above = scores > threshold
+    tied = scores == threshold
+    room = m - above.sum(axis=1, keepdims=True)  # (rows, 1) how many tied columns to take
+    chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # m per row
+    columns = np.nonzero(chosen)[1].reshape(-1, m)  # (rows, m) ascending
+    order = np.argsort(-np.take_along_axis(scores, columns, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(columns, order, axis=1)
+
+
+def beam_search_nbest(
+    model: StepModel[Any],
     src_ids: np.ndarray,
     beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len: np.ndarray | int | None = None,
-) -> list[list[int]]:
-    """The best hypothesis (without <s>, </s>) per row of ``src_ids`` (batch, src_len).
+    length_penalty: float = 0.6,
+    max_len: int | np.ndarray | None = None,
+) -> list[list[Hypothesis]]:
+    """Up to ``beam_size`` hypotheses per row of ``src_ids`` (batch, src_len), best first.
 
-    A sentence is done when it has ``beam_size`` finished hypotheses, or when it
-    reaches its length limit (its live beams are then finished as they are).
+    ``max_len`` is one limit for all rows or one per row, (batch,); by default the
+    real source length + 50. Done sentences are dropped from the decoder state.
     """
-    batch = src_ids.shape[0]
-    limits = np.broadcast_to(default_max_len(src_ids, model.pad_id) if max_len is None else max_len, (batch,))
-    state = model.select(model.start(src_ids), np.repeat(np.arange(batch), beam_size))
-    scores = np.full((batch, beam_size), -np.inf)
-    scores[:, 0] = 0.0  # one live beam at first, so the beams do not start as copies
-    tokens = np.zeros((batch, beam_size, 0), dtype=np.int64)  # (batch, beam, generated)
-    last = np.full((batch * beam_size, 1), model.bos_id, dtype=np.int64)
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
-    done = np.zeros(batch, dtype=bool)
-    for step in range(int(limits.max())):
-        log_probs, state = model.step(state, last)  # (batch * beam, vocab)
-        vocab = log_probs.shape[1]
-        candidates = (scores[:, :, None] + log_probs.reshape(batch, beam_size, vocab)).reshape(batch, -1)
-        # Twice the beam, so that beam_size live ones remain after taking out those that end in </s>.
-        top = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * beam_size]  # (batch, 2 * beam)
-        new_scores = np.full((batch, beam_size), -np.inf)
-        new_tokens = np.zeros((batch, beam_size, step + 1), dtype=np.int64)
-        rows = np.zeros((batch, beam_size), dtype=np.int64)
-        for b in range(batch):
-            rows[b] = b * beam_size
-            if done[b]:
-                continue
-            live = 0
-            for flat in top[b]:
-                score = candidates[b, flat]
-                if score == -np.inf:
-                    break
-                beam, token = divmod(int(flat), vocab)
-                prefix = tokens[b, beam].tolist()
-                if token == model.eos_id:
-                    finished[b].append((score / length_penalty(step + 1, alpha), prefix))
-                    continue
-                new_scores[b, live] = score
-                new_tokens[b, live, :-1] = tokens[b, beam]
-                new_tokens[b, live, -1] = token
-                rows[b, live] = b * beam_size + beam
-                live += 1
-                if live == beam_size:
-                    break
-            at_limit = step + 1 >= limits[b]
-            if len(finished[b]) >= beam_size or at_limit:
-                if at_limit:
-                    finished[b] += [
-                        (new_scores[b, k] / length_penalty(step + 1, alpha), new_tokens[b, k].tolist())
-                        for k in range(live)
-                    ]
-                done[b] = True
-                new_scores[b] = -np.inf
-        if done.all():
+    if beam_size < 1:
+        raise ValueError(f"beam size must be at least 1, got {beam_size}")
+    batch, k, eos = src_ids.shape[0], beam_size, model.eos_id
+    limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    # State rows are sentence-major: row r * k + b is beam b of the r-th active sentence.
+    state = model.select(model.start(src_ids), np.repeat(np.arange(batch), k))
+    active = np.arange(batch)  # (n,) the sentences still searched
+    scores = np.full((batch, k), -np.inf)  # (n, k) log-probabilities of the live beams
+    scores[:, 0] = 0.0  # one live beam at first, so that the beams do not start as copies
+    tokens = np.zeros((batch, k, 0), dtype=np.int64)  # (n, k, length - 1)
+    last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
+    for length in range(1, int(limits.max()) + 1):
+        log_probs, state = model.step(state, last)  # (n * k, vocab)
+        n, vocab = active.size, log_probs.shape[1]
+        candidates = (scores[:, :, None] + log_probs.reshape(n, k, vocab)).reshape(n, k * vocab)
+        # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
+        flat = best_candidates(candidates, min(2 * k, k * vocab))  # (n, m)
+        top = np.take_along_axis(candidates, flat, axis=1)  # (n, m)
+        parent, token = np.divmod(flat, vocab)  # (n, m)
+        live = np.isfinite(top) & (token != eos)
+        ranked_above = np.cumsum(live, axis=1) - live  # (n, m) live candidates better than each
+        penalty = gnmt_length_penalty(length, length_penalty)
+        ends = np.isfinite(top) & (token == eos) & (ranked_above < k)  # (n, m) those that rank in the beam
+        for r, c in zip(*np.nonzero(ends), strict=True):
+            hypothesis = Hypothesis(tokens[r, parent[r, c]].tolist(), float(top[r, c] / penalty))
+            finished[active[r]].append(hypothesis)
+        rows, cols = np.nonzero(live & (ranked_above < k))
+        slot = ranked_above[rows, cols]
+        beams = np.zeros((n, k), dtype=np.int64)  # (n, k) parent of each new beam; dead ones copy beam 0
+        scores = np.full((n, k), -np.inf)
+        new_tokens = np.full((n, k), eos, dtype=np.int64)  # dead beams are fed </s>, their outputs ignored
+        beams[rows, slot] = parent[rows, cols]
+        scores[rows, slot] = top[rows, cols]
+        new_tokens[rows, slot] = token[rows, cols]
+        tokens = np.concatenate([tokens[np.arange(n)[:, None], beams], new_tokens[:, :, None]], axis=2)
+
+        at_limit = limits[active] <= length  # (n,)
+        for r in np.flatnonzero(at_limit):
+            finished[active[r]] += [
+                Hypothesis(tokens[r, b].tolist(), float(scores[r, b] / penalty))
+                for b in np.flatnonzero(np.isfinite(scores[r]))
+            ]
+        enough = np.array([len(finished[s]) >= k for s in active])  # (n,)
+        going = ~at_limit & ~enough & np.isfinite(scores[:, 0])  # (n,) slot 0 is live if any is
+        if not going.any():
             break
-        scores, tokens = new_scores, new_tokens
-        state = model.select(state, rows.reshape(-1))
-        last = np.where(np.isfinite(scores), tokens[:, :, -1], model.eos_id).reshape(-1, 1).astype(np.int64)
-    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+        state = model.select(state, (np.flatnonzero(going)[:, None] * k + beams[going]).reshape(-1))
+        active, scores, tokens = active[going], scores[going], tokens[going]
+        last = tokens[:, :, -1].reshape(-1, 1)
+    return [sorted(hyps, key=lambda h: -h.score)[:k] for hyps in finished]
+
+
+def beam_search(
+    model: StepModel[Any],
+    src_ids: np.ndarray,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_len: int | np.ndarray | None = None,
+) -> list[list[int]]:
+    """The best output ids (without <s>, </s>) per row of ``src_ids`` (batch, src_len), from the n-best."""
+    nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len)
+    return [hyps[0].tokens if hyps else [] for hyps in nbest]

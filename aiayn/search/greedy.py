@@ -2,34 +2,51 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from aiayn.search.step import StepModel
 
-
-def default_max_len(src_ids: np.ndarray, pad_id: int, extra: int = 50) -> np.ndarray:
-    """§6.1: at most the source length + 50 output tokens, per sentence. (batch,)"""
-    return (src_ids != pad_id).sum(axis=1) + extra
+EXTRA_LEN = 50  # §6.1: "maximum output length ... input length + 50"
 
 
-def greedy_search(model: StepModel, src_ids: np.ndarray, max_len: np.ndarray | int | None = None) -> list[list[int]]:
-    """Output ids (without <s>, </s>) for each row of ``src_ids`` (batch, src_len)."""
+def max_lengths(src_ids: np.ndarray, pad_id: int, max_len: int | np.ndarray | None) -> np.ndarray:
+    """The most output tokens per sentence, (batch,): ``max_len``, or §6.1's real source length + 50."""
     batch = src_ids.shape[0]
-    limits = np.broadcast_to(default_max_len(src_ids, model.pad_id) if max_len is None else max_len, (batch,))
-    state = model.start(src_ids)
-    last = np.full((batch, 1), model.bos_id, dtype=np.int64)
+    if max_len is None:
+        return (src_ids != pad_id).sum(axis=1) + EXTRA_LEN
+    limits = np.broadcast_to(np.asarray(max_len, dtype=np.int64), (batch,))
+    if (limits < 1).any():
+        raise ValueError(f"max_len must be at least 1, got {max_len}")
+    return limits
+
+
+def greedy_search(
+    model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.ndarray | None = None
+) -> list[list[int]]:
+    """Output ids (without <s>, </s>) for each row of ``src_ids`` (batch, src_len), right-padded.
+
+    ``max_len`` is one limit for all rows or one per row, (batch,). A sentence that
+    ends is dropped from the decoder state, so it costs nothing while others go on.
+    """
+    batch = src_ids.shape[0]
+    limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
     outputs: list[list[int]] = [[] for _ in range(batch)]
-    finished = np.zeros(batch, dtype=bool)
-    for step in range(int(limits.max())):
-        log_probs, state = model.step(state, last)  # (batch, vocab)
-        choice = log_probs.argmax(axis=1)
-        for row in np.flatnonzero(~finished):
-            if choice[row] == model.eos_id:
-                finished[row] = True
-            else:
-                outputs[row].append(int(choice[row]))
-        finished |= step + 1 >= limits
-        if finished.all():
+    state = model.start(src_ids)
+    rows = np.arange(batch)  # the sentence of each state row
+    last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (rows, 1)
+    for length in range(1, int(limits.max()) + 1):
+        log_probs, state = model.step(state, last)  # (rows, vocab)
+        choice = log_probs.argmax(axis=1)  # (rows,) ties go to the lower id
+        for row, token in zip(rows.tolist(), choice.tolist(), strict=True):
+            if token != model.eos_id:
+                outputs[row].append(token)
+        going = (choice != model.eos_id) & (limits[rows] > length)  # (rows,)
+        if not going.any():
             break
-        last = np.where(finished, model.eos_id, choice)[:, None].astype(np.int64)
+        if not going.all():
+            state = model.select(state, np.flatnonzero(going))
+            rows, choice = rows[going], choice[going]
+        last = choice[:, None].astype(np.int64)
     return outputs

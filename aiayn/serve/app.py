@@ -1,4 +1,4 @@
-"""The translation page (Gradio Blocks) and its named API endpoint ``translate``."""
+"""The translation page (Gradio Blocks) and its named API endpoint ``translate``. Torch-free."""
 
 from __future__ import annotations
 
@@ -10,121 +10,178 @@ import gradio as gr
 import numpy as np
 
 from aiayn.model.folder import bundled_models
-from aiayn.serve.service import MAX_BEAM, Attention, TranslationService
-from aiayn.serve.text import MAX_CHARS, InputTooLong, split_sentences
+from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, TranslationService
+from aiayn.serve.text import MAX_CHARS, MAX_FILE_CHARS
 
-CONCURRENCY_LIMIT = 4
-FALLBACK_EXAMPLES = {  # when the Multi30k validation split is not at hand (a Space has no corpus)
-    "en": ["A little girl climbs into a wooden playhouse.", "Two men are fishing from a small boat on a lake."],
-    "de": ["Ein kleines Mädchen klettert in ein Spielhaus aus Holz.", "Zwei Männer angeln auf einem See."],
+CONCURRENCY_LIMIT = 4  # requests searched at once; the others wait in the queue
+MAX_QUEUE = 64  # requests waiting beyond that are refused with "queue is full"
+MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
+HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
+VAL_EXAMPLES = 6
+FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the corpus is absent, as on a Space
+    "en": [
+        "A brown dog carries a stick through the tall grass.",
+        "Two children are building a sandcastle near the water.",
+        "A woman in a red jacket is reading a book on a bench.",
+        "An old man is selling fruit at a market stall.",
+    ],
+    "de": [
+        "Ein brauner Hund trägt einen Stock durch das hohe Gras.",
+        "Zwei Kinder bauen eine Sandburg am Wasser.",
+        "Eine Frau in einer roten Jacke liest ein Buch auf einer Bank.",
+        "Ein alter Mann verkauft Obst an einem Marktstand.",
+    ],
 }
 
 
-def examples_for(source_lang: str, count: int = 5) -> list[str]:
-    """A few sentences of the validation split in ``source_lang``, or built-in ones without the corpus."""
+def examples_for(model: LoadedModel) -> tuple[list[str], str]:
+    """Source sentences of the Multi30k validation split, or the built-in ones without the corpus; and a label."""
     from aiayn.model.data import load_parallel
 
-    target = "de" if source_lang != "de" else "en"
+    src, tgt = model.config.src_lang, model.config.tgt_lang
     try:
-        return load_parallel("val", source_lang, target, download=False).src[:count]
+        return load_parallel("val", src, tgt, download=False).src[:VAL_EXAMPLES], "Examples (Multi30k validation)"
     except (FileNotFoundError, ValueError):
-        return FALLBACK_EXAMPLES.get(source_lang, FALLBACK_EXAMPLES["en"])
+        return FALLBACK_EXAMPLES.get(src, []), "Examples"
 
 
-def heatmap_html(attention: Attention, head: str) -> str:
-    """Source tokens × output tokens as a coloured table: darker is more attention."""
+def status_line(result: Result) -> str:
+    if not result.sentences:
+        return f"Nothing to translate · {result.provider}"
+    parts = [f"{result.sentences} sentence(s) in {result.latency_ms:.0f} ms on {result.provider}"]
+    if result.left_out:
+        parts.append("not in the model's vocabulary, left out: " + " ".join(result.left_out[:20]))
+    if result.kept:
+        parts.append(f"{result.kept} sentence(s) without a known word kept as they are")
+    return " · ".join(parts)
+
+
+def heatmap_html(attention: Attention | None, head: str) -> str:
+    """Output tokens (rows) × source tokens (columns) as a coloured table: darker is more attention."""
+    if attention is None:
+        return "<p>Translate a sentence to see where the model looked.</p>"
     weights = attention.weights.mean(axis=0) if head == "average" else attention.weights[int(head)]
-    header = "".join(f"<th>{html.escape(t)}</th>" for t in attention.source_tokens)
+    n_out = min(len(attention.output_tokens), HEATMAP_MAX_TOKENS)
+    n_src = min(len(attention.source_tokens), HEATMAP_MAX_TOKENS)
+    header = "".join(f"<th>{html.escape(t)}</th>" for t in attention.source_tokens[:n_src])
     rows = []
-    for out_token, row in zip(attention.output_tokens, weights, strict=True):
+    for out_token, row in zip(attention.output_tokens[:n_out], weights[:n_out, :n_src], strict=True):
         cells = "".join(
             f'<td style="background: rgba(37, 99, 235, {w:.3f}); color: {"#fff" if w > 0.5 else "#111"}">{w:.2f}</td>'
             for w in np.asarray(row, dtype=float)
         )
         rows.append(f"<tr><th>{html.escape(out_token)}</th>{cells}</tr>")
+    shown = f"{n_out} × {n_src} of {len(attention.output_tokens)} × {len(attention.source_tokens)} tokens"
+    note = f"<p>Showing the first {shown}.</p>" if (n_out, n_src) != weights.shape else ""
     return (
-        '<div id="attention-heatmap" style="overflow-x: auto">'
+        f'<div id="attention-heatmap" style="overflow-x: auto">{note}'
         '<table style="border-collapse: collapse; font-size: 12px">'
         f"<tr><th>output \\ source</th>{header}</tr>{''.join(rows)}</table></div>"
     )
 
 
+def read_upload(path: str) -> str:
+    try:
+        return Path(path).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise gr.Error(
+            f"the file is not UTF-8 text (byte {err.start} cannot be read); save it as UTF-8 and upload it again"
+        ) from None
+
+
 def build_app(service: TranslationService, model_names: list[str] | None = None) -> gr.Blocks:
+    """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts."""
     names = model_names or list(bundled_models())
     if not names:
         raise FileNotFoundError("no bundled models found; pass --model DIR or add folders under pretrained/")
-    heads = ["average"] + [str(h) for h in range(service.model(names[0]).config.n_heads)]
+    models = {name: service.model(name) for name in names}
+    provider = models[names[0]].provider
+    downloads = Path(tempfile.mkdtemp(prefix="aiayn-downloads-"))
 
-    def translate(text: str, direction: str, beam_size: float) -> tuple[str, str]:
-        """The API: translation and a status line with latency and execution provider."""
-        if direction not in names:
-            raise gr.Error(f"unknown direction {direction!r}; choose one of {', '.join(names)}")
+    def translate(text: str, direction: str, beam_size: float) -> tuple[str, str, Attention | None]:
+        """Translate up to 5000 characters; returns the translation and a line with latency and execution provider."""
         try:
-            result = service.translate(text or "", direction, int(beam_size))
-        except (InputTooLong, ValueError) as err:
-            raise gr.Error(str(err)) from None
-        status = f"{result.sentences} sentence(s) in {result.latency_ms:.0f} ms on {result.provider}"
-        return result.text, status
-
-    def show_attention(text: str, direction: str, beam_size: float, head: str) -> str:
-        sentences = split_sentences((text or "").splitlines()[0] if (text or "").strip() else "")
-        if not sentences:
-            return "<p>Translate a sentence to see where the model looked.</p>"
-        try:
-            attention = service.model(direction).attention(sentences[0], int(beam_size))
+            result = service.translate(text or "", direction, int(beam_size), with_attention=True)
         except ValueError as err:
-            return f"<p>{html.escape(str(err))}</p>"
-        return heatmap_html(attention, head)
+            raise gr.Error(str(err)) from None
+        return result.text, status_line(result), result.attention
 
     def translate_file(path: str | None, direction: str, beam_size: float) -> str | None:
+        """Translate an uploaded UTF-8 .txt file line by line into a file to download."""
         if path is None:
             return None
         try:
-            text = Path(path).read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise gr.Error("the file is not UTF-8 text; save it as UTF-8 and upload it again") from None
-        model = service.model(direction)
-        lines = [model.translate(line, int(beam_size))[0] if line.strip() else "" for line in text.splitlines()]
-        out = Path(tempfile.mkdtemp()) / (Path(path).stem + f".{direction}.txt")
-        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            translated = service.translate_file(read_upload(path), direction, int(beam_size))
+        except ValueError as err:
+            raise gr.Error(str(err)) from None
+        out = Path(tempfile.mkdtemp(dir=downloads)) / f"{Path(path).stem}.{direction}.txt"
+        out.write_text(translated + "\n", encoding="utf-8")
         return str(out)
 
     def swap(direction: str, source: str, target: str) -> tuple[str, str, str]:
         src, _, tgt = direction.partition("-")
         reverse = f"{tgt}-{src}"
-        return (reverse if reverse in names else direction), target, source
+        return (reverse, target, source) if reverse in models else (direction, source, target)
 
-    with gr.Blocks(title="aiayn — Attention Is All You Need") as app:
+    def change_direction(direction: str) -> tuple[gr.Dataset, gr.Radio, None]:
+        samples, label = examples_for(models[direction])
+        heads = ["average"] + [str(h) for h in range(models[direction].config.n_heads)]
+        return gr.Dataset(samples=[[s] for s in samples], label=label), gr.Radio(heads, value="average"), None
+
+    first_examples, examples_label = examples_for(models[names[0]])
+    with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         gr.Markdown(
             "# aiayn: the Transformer of *Attention Is All You Need*\n"
-            f"Trained on Multi30k, running with ONNX Runtime and NumPy. Up to {MAX_CHARS} characters per request."
+            f"Trained on Multi30k (short image captions); ONNX Runtime and NumPy on **{provider}**. "
+            f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept."
         )
         with gr.Row():
-            direction = gr.Dropdown(names, value=names[0], label="Direction", scale=3)
-            swap_button = gr.Button("⇄ Swap", scale=1)
+            direction = gr.Dropdown(names, value=names[0], label="Direction", elem_id="direction", scale=3)
+            swap_button = gr.Button("⇄ Swap", elem_id="swap-button", scale=1)
             beam = gr.Slider(1, MAX_BEAM, value=4, step=1, label="Beam size (1 = greedy)", scale=3)
         with gr.Row():
-            source = gr.Textbox(lines=6, label="Source text", elem_id="source-text", max_length=MAX_CHARS)
+            source = gr.Textbox(lines=6, label="Source text", elem_id="source-text")
             output = gr.Textbox(lines=6, label="Translation", elem_id="translation", buttons=["copy"])
         status = gr.Markdown(elem_id="status")
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate-button")
-        gr.Examples(examples_for(names[0].split("-")[0]), inputs=source, label="Examples (Multi30k validation)")
-        with gr.Accordion("Cross-attention (last decoder layer)", open=True):
-            head = gr.Radio(heads, value="average", label="Head")
-            heatmap = gr.HTML(elem_id="heatmap")
-        with gr.Accordion("Translate a .txt file", open=False):
-            upload = gr.File(file_types=[".txt"], label="UTF-8 text file, one or more lines")
-            download = gr.File(label="Translation")
+        examples = gr.Dataset(
+            components=[source], samples=[[s] for s in first_examples], label=examples_label, elem_id="examples"
+        )
+        with gr.Accordion("Cross-attention of the last decoder layer (first sentence)", open=True):
+            head = gr.Radio(
+                ["average"] + [str(h) for h in range(models[names[0]].config.n_heads)], value="average", label="Head"
+            )
+            heatmap = gr.HTML(heatmap_html(None, "average"), elem_id="heatmap")
+        with gr.Accordion(f"Translate a UTF-8 .txt file (up to {MAX_FILE_CHARS} characters)", open=False):
+            upload = gr.File(file_types=[".txt"], label="Text file, one or more lines", elem_id="upload")
+            download = gr.File(label="Translation", elem_id="download")
+        attention = gr.State(None)
 
         translate_button.click(
             translate,
             [source, direction, beam],
-            [output, status],
+            [output, status, attention],
             api_name="translate",
             concurrency_limit=CONCURRENCY_LIMIT,
-        ).then(show_attention, [source, direction, beam, head], heatmap, api_name=False)
-        head.change(show_attention, [source, direction, beam, head], heatmap, api_name=False)
+        ).success(heatmap_html, [attention, head], heatmap, api_name=False)
+        head.change(heatmap_html, [attention, head], heatmap, api_name=False)
         swap_button.click(swap, [direction, source, output], [direction, source, output], api_name=False)
-        upload.upload(translate_file, [upload, direction, beam], download, api_name="translate_file")
-    app.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=64)
+        direction.change(change_direction, direction, [examples, head, attention], api_name=False)
+        examples.click(lambda sample: sample[0], examples, source, api_name=False)
+        upload.upload(
+            translate_file, [upload, direction, beam], download, api_name="translate_file", concurrency_limit=1
+        )
+    app.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=MAX_QUEUE)
     return app
+
+
+def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, block: bool = True) -> None:
+    """Serve the page; ``block=False`` returns once the server is up (for tests)."""
+    app.launch(
+        server_name=host,
+        server_port=port,
+        share=share,
+        max_file_size=MAX_UPLOAD,
+        prevent_thread_lock=not block,
+        quiet=not block,
+    )

@@ -18,9 +18,47 @@ from aiayn.model.config import load_config
 from aiayn.model.folder import TOKENIZER_FILE, resolve_model
 from aiayn.model.tokenizer import SubwordTokenizer
 from aiayn.search.translator import SearchSettings, Translator
-from aiayn.serve.text import check_length, layout, reassemble, split_long
+from aiayn.serve.text import (
+    MAX_FILE_CHARS,
+    MAX_SENTENCE_TOKENS,
+    Layout,
+    check_length,
+    layout,
+    reassemble,
+    split_long,
+)
 
 MAX_BEAM = 8
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Cross-attention of the last decoder layer for one sentence and its translation."""
+
+    source_tokens: list[str]
+    output_tokens: list[str]
+    weights: np.ndarray  # (heads, out_len, src_len)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A text cut into what the search gets: token ids of each sentence, or of each piece of a long one."""
+
+    shape: Layout
+    src_ids: list[list[int]]
+    owner: list[int]  # piece → index of its sentence in ``shape.sentences``
+    left_out: list[str]  # characters outside the vocabulary, removed from the sentences translated
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A translated text with what the page and the CLI tell about it."""
+
+    text: str
+    sentences: int
+    left_out: list[str]
+    kept: int  # sentences without a single known word, passed through as they are
+    first: tuple[list[int], list[int]] | None  # source and output ids of the first piece translated
 
 
 @dataclass(frozen=True)
@@ -29,13 +67,9 @@ class Result:
     provider: str
     latency_ms: float
     sentences: int
-
-
-@dataclass(frozen=True)
-class Attention:
-    source_tokens: list[str]
-    output_tokens: list[str]
-    weights: np.ndarray  # (heads, out_len, src_len), last decoder layer
+    left_out: list[str]
+    kept: int
+    attention: Attention | None
 
 
 class LoadedModel:
@@ -47,56 +81,86 @@ class LoadedModel:
         self.tokenizer = SubwordTokenizer.load(folder / TOKENIZER_FILE)
         self.engine = engine
         self.translator = Translator(engine, self.tokenizer, self.config.max_len)
+        self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
     def provider(self) -> str:
         return getattr(self.engine, "provider", "PyTorch (CPU)")
 
     def count_tokens(self, sentence: str) -> int:
-        return len(self.tokenizer.encode(sentence)) + 1
+        return len(self.tokenizer.encode(sentence)) + 1  # with </s>
 
-    def translate(self, text: str, beam_size: int, on_batch: Callable[[int], None] | None = None) -> tuple[str, int]:
-        """Translate ``text`` keeping its lines; returns the translation and the number of sentences."""
+    def unknown_characters(self, text: str) -> set[str]:
+        unk = self.config.special_tokens.unk
+        return {ch for ch in set(text) if not ch.isspace() and unk in self.tokenizer.encode(ch)}
+
+    def prepare(self, text: str) -> Prepared:
+        """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
+        out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is."""
         shape = layout(text)
-        pieces: list[str] = []
-        owner: list[int] = []  # piece → sentence index
+        unknown = self.unknown_characters(text)
+        src_ids: list[list[int]] = []
+        owner: list[int] = []
+        left_out: set[str] = set()
         for index, sentence in enumerate(shape.sentences):
-            for piece in split_long(sentence, self.count_tokens):
-                pieces.append(piece)
+            known = " ".join("".join(ch for ch in sentence if ch not in unknown).split())
+            if not any(ch.isalnum() for ch in known):
+                continue
+            left_out.update(ch for ch in sentence if ch in unknown)
+            for piece in split_long(known, self.count_tokens, self.sentence_limit):
+                src_ids.append(self.translator.source_ids(piece))
                 owner.append(index)
-        translated = self.translator.translate(pieces, SearchSettings(beam_size=beam_size), on_batch)
-        per_sentence = [""] * len(shape.sentences)
-        for index, piece in zip(owner, translated, strict=True):
-            per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
-        return reassemble(shape, per_sentence), len(shape.sentences)
+        return Prepared(shape, src_ids, owner, sorted(left_out))
 
-    def attention(self, sentence: str, beam_size: int) -> Attention:
-        """Cross-attention of the last decoder layer for one sentence and its translation."""
-        src_ids = self.translator.source_ids(sentence)
-        out_ids = self.translator.translate_ids([src_ids], SearchSettings(beam_size=beam_size))[0]
-        decoder_in = [self.engine.bos_id, *out_ids]  # each row: the step that produced out_ids[i] (or </s>)
+    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
+        """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
+        out_ids = self.translator.translate_ids(prepared.src_ids, SearchSettings(beam_size=beam_size), on_batch)
+        per_sentence = list(prepared.shape.sentences)
+        for index in set(prepared.owner):
+            per_sentence[index] = ""
+        for index, ids in zip(prepared.owner, out_ids, strict=True):
+            per_sentence[index] = f"{per_sentence[index]} {self.tokenizer.decode(ids)}".strip()
+        return Translation(
+            reassemble(prepared.shape, per_sentence) if per_sentence else "",
+            len(per_sentence),
+            prepared.left_out,
+            len(per_sentence) - len(set(prepared.owner)),
+            (prepared.src_ids[0], out_ids[0]) if out_ids else None,
+        )
+
+    def translate(self, text: str, beam_size: int) -> Translation:
+        """Translate ``text`` sentence by sentence, keeping its line breaks."""
+        return self.run(self.prepare(text), beam_size)
+
+    def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
+        """A forced pass of the decoder over ``out_ids``: row i is the step that produced out_ids[i] (then </s>)."""
+        decoder_in = [self.engine.bos_id, *out_ids]
         weights = self.engine.cross_attention(np.array([src_ids]), np.array([decoder_in]))[0]
         tokens = self.tokenizer.tokens
         return Attention(tokens(src_ids[:-1]) + ["</s>"], tokens(out_ids) + ["</s>"], weights)
 
 
-def load_engine(folder: Path, engine: str, device: str) -> Any:
-    """The step engine of a model folder: ONNX Runtime (default) or PyTorch (imported only here)."""
+def load_engine(folder: Path, engine: str, device: str, variant: str = "fp32", threads: int | None = None) -> Any:
+    """The step engine of a model folder: ONNX Runtime (fp32 or int8 graphs) or PyTorch (imported only here)."""
     if engine == "torch":
-        from aiayn.model.engine import TorchEngine
-        from aiayn.model.weights import load_model
-
+        try:
+            from aiayn.model.engine import TorchEngine
+            from aiayn.model.weights import load_model
+        except ImportError as err:
+            raise ValueError(
+                f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
+            ) from None
         return TorchEngine(load_model(folder))
     from aiayn.serve.engine import OnnxEngine
 
-    return OnnxEngine.load(folder, device=device)
+    return OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
 
 
 class TranslationService:
     """Loads models by name on first use and serves them to many threads."""
 
-    def __init__(self, engine: str = "onnx", device: str = "auto") -> None:
-        self.engine, self.device = engine, device
+    def __init__(self, engine: str = "onnx", device: str = "auto", threads: int | None = None) -> None:
+        self.engine, self.device, self.threads = engine, device, threads
         self.models: dict[str, LoadedModel] = {}
         self.lock = threading.Lock()
 
@@ -104,14 +168,29 @@ class TranslationService:
         with self.lock:
             if name not in self.models:
                 folder = resolve_model(name)
-                self.models[name] = LoadedModel(folder, load_engine(folder, self.engine, self.device))
+                self.models[name] = LoadedModel(
+                    folder, load_engine(folder, self.engine, self.device, threads=self.threads)
+                )
             return self.models[name]
 
-    def translate(self, text: str, model: str, beam_size: int = 4) -> Result:
-        if not 1 <= beam_size <= MAX_BEAM:
-            raise ValueError(f"beam size must be between 1 and {MAX_BEAM}, got {beam_size}")
+    def translate(self, text: str, model: str, beam_size: int = 4, with_attention: bool = False) -> Result:
+        """One request of the page or the API: at most ``MAX_CHARS`` characters; the latency covers the search."""
+        check_beam(beam_size)
         check_length(text)
         loaded = self.model(model)
         started = time.perf_counter()
-        translation, sentences = loaded.translate(text, beam_size)
-        return Result(translation, loaded.provider, (time.perf_counter() - started) * 1000, sentences)
+        done = loaded.translate(text, beam_size)
+        latency_ms = (time.perf_counter() - started) * 1000
+        attention = loaded.attention(*done.first) if with_attention and done.first else None
+        return Result(done.text, loaded.provider, latency_ms, done.sentences, done.left_out, done.kept, attention)
+
+    def translate_file(self, text: str, model: str, beam_size: int = 4) -> str:
+        """An uploaded file's text, at most ``MAX_FILE_CHARS`` characters, translated line by line."""
+        check_beam(beam_size)
+        check_length(text, MAX_FILE_CHARS, "the file")
+        return self.model(model).translate(text, beam_size).text
+
+
+def check_beam(beam_size: int) -> None:
+    if not 1 <= beam_size <= MAX_BEAM:
+        raise ValueError(f"beam size must be between 1 and {MAX_BEAM}, got {beam_size}")

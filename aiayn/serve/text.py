@@ -6,11 +6,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MAX_CHARS = 5000  # per request: the page and the API refuse more, with this number in the message
-MAX_SENTENCE_TOKENS = 200  # longer sentences are split at word boundaries; the model was trained on ≤ ~80
+MAX_CHARS = 5000  # per request on the page and the API; the message names this number
+MAX_FILE_CHARS = 50_000  # per uploaded file on the page; `aiayn translate --input` has no limit
+MAX_SENTENCE_TOKENS = 200  # longer sentences are split at word boundaries; the models saw ≤ ~80 in training
 
-# A sentence ends at . ! ? (with closing quotes or brackets) followed by space and an upper-case letter or digit.
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]»“”]*\s+(?=[\"'(«„“]?[A-ZÀ-ÖØ-ÞĀ-ſ0-9])")
+# A sentence ends at . ! ? … (then closing quotes or brackets) followed by white space;
+# the next sentence must start like one (see ``starts_sentence``).
+SENTENCE_END = re.compile(r"[.!?…]+[\"'’”»)\]]*\s+")
+OPENING = "\"'‘“„«(["
+ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "vs", "etc", "nr", "bzw", "ca", "z.b", "u.a", "usw"})
 
 
 class InputTooLong(ValueError):
@@ -25,16 +29,37 @@ class Layout:
     lines: list[list[int]]
 
 
-def check_length(text: str) -> None:
-    if len(text) > MAX_CHARS:
+def check_length(text: str, limit: int = MAX_CHARS, what: str = "the text") -> None:
+    if len(text) > limit:
+        upload = f"upload it as a .txt file (up to {MAX_FILE_CHARS} characters), " if limit < MAX_FILE_CHARS else ""
         raise InputTooLong(
-            f"the text has {len(text)} characters; at most {MAX_CHARS} are translated per request — "
-            "split it, or translate a file with `aiayn translate --input FILE`"
+            f"{what} has {len(text)} characters; at most {limit} are translated per request here — "
+            f"split it, {upload}or translate a file of any size with `aiayn translate --input FILE`"
         )
 
 
+def starts_sentence(text: str) -> bool:
+    """An upper-case letter, a digit, or a letter of a script without case (after any opening quotes)."""
+    rest = text.lstrip(OPENING)
+    return bool(rest) and (rest[0].isdigit() or (rest[0].isalpha() and not rest[0].islower()))
+
+
+def ends_in_abbreviation(text: str) -> bool:
+    words = text.split()
+    return bool(words) and words[-1].lower() in ABBREVIATIONS
+
+
 def split_sentences(line: str) -> list[str]:
-    return [s.strip() for s in SENTENCE_END.split(line.strip()) if s.strip()]
+    """Sentences of one line, every character kept (only the white space between sentences goes)."""
+    pieces, start = [], 0
+    for end in SENTENCE_END.finditer(line):
+        before = line[start : end.start()]
+        if not starts_sentence(line[end.end() :]) or (end.group().startswith(".") and ends_in_abbreviation(before)):
+            continue
+        pieces.append(line[start : end.end()].strip())
+        start = end.end()
+    pieces.append(line[start:].strip())
+    return [piece for piece in pieces if piece]
 
 
 def layout(text: str) -> Layout:
@@ -53,12 +78,16 @@ def reassemble(shape: Layout, translations: list[str]) -> str:
 
 
 def split_long(sentence: str, count_tokens: Callable[[str], int], limit: int = MAX_SENTENCE_TOKENS) -> list[str]:
-    """Halve a sentence at a word boundary until every piece has at most ``limit`` tokens."""
-    words = sentence.split()
-    if count_tokens(sentence) <= limit or len(words) < 2:
-        if count_tokens(sentence) > limit:
-            raise InputTooLong(f"a single word of {count_tokens(sentence)} tokens exceeds the limit of {limit}")
+    """Halve a sentence at a word boundary until every piece has at most ``limit`` tokens; nothing is dropped."""
+    tokens = count_tokens(sentence)
+    if tokens <= limit:
         return [sentence]
+    words = sentence.split()
+    if len(words) < 2:
+        raise InputTooLong(
+            f"a single word of {tokens} tokens is over the limit of {limit} tokens per sentence: "
+            f"{sentence[:40]}…; add spaces or remove it"
+        )
     middle = len(words) // 2
     head, tail = " ".join(words[:middle]), " ".join(words[middle:])
     return split_long(head, count_tokens, limit) + split_long(tail, count_tokens, limit)

@@ -1,0 +1,223 @@
+"""`aiayn bench`: decoding speed of every engine on the same weights, sentences and threads, in one run.
+
+Engines: the tutorials' way (PyTorch eager, the whole prefix re-decoded at
+every step, no cache), our PyTorch engine with the KV cache, our ONNX Runtime
+engine (fp32, int8) and CTranslate2 (fp32, int8) on our `--to ctranslate2`
+export. Each at greedy and beam 4, batch 1 and 32; warm-up excluded; medians.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aiayn.model.metrics import score
+from aiayn.model.tokenizer import SubwordTokenizer
+
+THREADS = 2
+Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
+
+
+@dataclass(frozen=True)
+class Row:
+    engine: str
+    search: str
+    batch: int
+    sentences: int
+    sentences_per_s: float
+    tokens_per_s: float
+    p50_ms: float | None
+    p90_ms: float | None
+    peak_rss_mb: float
+    bleu: float
+
+
+class NoCacheEngine:
+    """The tutorials' decoding: the encoder once, then the decoder over the whole prefix at every step."""
+
+    def __init__(self, model: object) -> None:
+        from aiayn.model.engine import TorchEngine
+
+        self.inner = TorchEngine(model)
+        self.bos_id, self.eos_id, self.pad_id = self.inner.bos_id, self.inner.eos_id, self.inner.pad_id
+
+    def start(self, src_ids: np.ndarray) -> tuple[object, np.ndarray]:
+        return self.inner.start(src_ids), np.zeros((src_ids.shape[0], 0), dtype=np.int64)
+
+    def step(self, state: tuple[object, np.ndarray], tgt_ids: np.ndarray) -> tuple[np.ndarray, tuple]:
+        first, prefix = state
+        prefix = np.concatenate([prefix, tgt_ids], axis=1)
+        log_probs, _ = self.inner.step(first, prefix)  # from the empty cache each time: no reuse
+        return log_probs, (first, prefix)
+
+    def select(self, state: tuple[object, np.ndarray], rows: np.ndarray) -> tuple[object, np.ndarray]:
+        return self.inner.select(state[0], rows), state[1][rows]
+
+
+def step_translate(engine: object, tokenizer: SubwordTokenizer, max_len: int) -> Translate:
+    from aiayn.search.translator import SearchSettings, Translator
+
+    def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
+        translator = Translator(engine, tokenizer, max_len, max_sentences=batch, max_tokens=10**9)
+        return translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam))
+
+    return run
+
+
+def ctranslate2_translate(folder: Path, tokenizer: SubwordTokenizer, compute_type: str) -> Translate:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        str(folder / "ctranslate2"), device="cpu", compute_type=compute_type, intra_threads=THREADS, inter_threads=1
+    )
+    vocab = tokenizer.tokenizer.get_vocab()
+
+    def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
+        sources = [[tokenizer.id_to_token(i) for i in tokenizer.encode(s)] + ["</s>"] for s in sentences]
+        results = translator.translate_batch(
+            sources, beam_size=beam, max_batch_size=batch, length_penalty=0.6, max_decoding_length=256
+        )
+        return [[vocab[t] for t in r.hypotheses[0]] for r in results]
+
+    return run
+
+
+def measure(
+    name: str,
+    translate: Translate,
+    sentences: list[str],
+    refs: list[str],
+    tokenizer: SubwordTokenizer,
+    beam: int,
+    batch: int,
+    repetitions: int,
+) -> Row:
+    translate(sentences[: min(4, len(sentences))], beam, batch)  # warm-up
+    timings, per_sentence = [], []
+    for _ in range(repetitions):
+        if batch == 1:
+            started, outputs = time.perf_counter(), []
+            for sentence in sentences:
+                one = time.perf_counter()
+                outputs += translate([sentence], beam, 1)
+                per_sentence.append(time.perf_counter() - one)
+        else:
+            started = time.perf_counter()
+            outputs = translate(sentences, beam, batch)
+        timings.append(time.perf_counter() - started)
+    seconds = statistics.median(timings)
+    tokens = sum(len(o) + 1 for o in outputs)
+    latencies = np.array(per_sentence) * 1000 if per_sentence else None
+    return Row(
+        engine=name,
+        search="greedy" if beam == 1 else f"beam {beam}",
+        batch=batch,
+        sentences=len(sentences),
+        sentences_per_s=len(sentences) / seconds,
+        tokens_per_s=tokens / seconds,
+        p50_ms=float(np.percentile(latencies, 50)) if latencies is not None else None,
+        p90_ms=float(np.percentile(latencies, 90)) if latencies is not None else None,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        bleu=score([tokenizer.decode(o) for o in outputs], refs[: len(outputs)]).bleu,
+    )
+
+
+def engines(folder: Path, workdir: Path) -> dict[str, Callable[[], Translate]]:
+    """Lazily built engines, all on one copy of the model folder (its int8 and CTranslate2 exports added)."""
+    import torch
+
+    from aiayn.export.ctranslate2 import export_ctranslate2
+    from aiayn.export.onnx_export import export_onnx
+    from aiayn.model.engine import TorchEngine
+    from aiayn.model.weights import load_model
+    from aiayn.serve.engine import OnnxEngine
+
+    torch.set_num_threads(THREADS)
+    shutil.copytree(folder, workdir, dirs_exist_ok=True)
+    model = load_model(workdir)
+    tokenizer = SubwordTokenizer.load(workdir / "tokenizer.json")
+    export_onnx(model, workdir, ("fp32", "int8"))
+    export_ctranslate2(model, tokenizer, workdir)
+    max_len = model.config.max_len
+
+    def onnx(variant: str) -> Translate:
+        return step_translate(OnnxEngine.load(workdir, "cpu", variant, threads=THREADS), tokenizer, max_len)
+
+    return {
+        "tutorial (torch, no cache)": lambda: step_translate(NoCacheEngine(model), tokenizer, max_len),
+        "torch + KV cache": lambda: step_translate(TorchEngine(model), tokenizer, max_len),
+        "onnx fp32": lambda: onnx("fp32"),
+        "onnx int8": lambda: onnx("int8"),
+        "ctranslate2 fp32": lambda: ctranslate2_translate(workdir, tokenizer, "float32"),
+        "ctranslate2 int8": lambda: ctranslate2_translate(workdir, tokenizer, "int8"),
+    }
+
+
+def run_bench(folder: Path, src: list[str], refs: list[str], quick: bool) -> list[Row]:
+    count, tutorial_count, repetitions = (60, 20, 1) if quick else (300, 60, 3)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp) / "model"
+        tokenizer_of = {name: make for name, make in engines(folder, workdir).items()}
+        tokenizer = SubwordTokenizer.load(workdir / "tokenizer.json")
+        for name, make in tokenizer_of.items():
+            translate = make()
+            n = tutorial_count if name.startswith("tutorial") else count
+            for beam in (1, 4):
+                for batch in (1, 32):
+                    rows.append(measure(name, translate, src[:n], refs, tokenizer, beam, batch, repetitions))
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    lines = [
+        "| engine | search | batch | sentences | sent/s | tokens/s | p50 ms | p90 ms | peak RSS MB | BLEU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        p50 = f"{r.p50_ms:.1f}" if r.p50_ms is not None else "–"
+        p90 = f"{r.p90_ms:.1f}" if r.p90_ms is not None else "–"
+        lines.append(
+            f"| {r.engine} | {r.search} | {r.batch} | {r.sentences} | {r.sentences_per_s:.1f} | {r.tokens_per_s:.0f} "
+            f"| {p50} | {p90} | {r.peak_rss_mb:.0f} | {r.bleu:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def ratios(rows: list[Row]) -> dict[str, float]:
+    """Our ONNX engine against CTranslate2 and against the tutorials' way, throughput ratios."""
+    speed = {(r.engine, r.search, r.batch): r.tokens_per_s for r in rows}
+    out = {}
+    for search in ("greedy", "beam 4"):
+        for batch in (1, 32):
+            for ours, peer in (
+                ("onnx fp32", "ctranslate2 fp32"),
+                ("onnx int8", "ctranslate2 int8"),
+                ("onnx fp32", "tutorial (torch, no cache)"),
+            ):
+                if (ours, search, batch) in speed and (peer, search, batch) in speed:
+                    out[f"{ours} / {peer}, {search}, batch {batch}"] = (
+                        speed[ours, search, batch] / speed[peer, search, batch]
+                    )
+    return out
+
+
+def report(rows: list[Row], json_path: Path | None) -> str:
+    table = format_table(rows)
+    ratio_lines = "\n".join(f"- {name}: {value:.2f}×" for name, value in ratios(rows).items())
+    machine = f"{platform.processor() or platform.machine()}, {THREADS} intra-op threads per engine"
+    if json_path is not None:
+        json_path.write_text(
+            json.dumps({"machine": machine, "rows": [asdict(r) for r in rows], "ratios": ratios(rows)}, indent=2)
+        )
+    return f"{table}\n\nThroughput ratios (target tokens/s; medians):\n{ratio_lines}\n\nMachine: {machine}"

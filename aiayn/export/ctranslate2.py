@@ -1,0 +1,143 @@
+"""The same weights as a CTranslate2 model, described through ``ctranslate2.specs.TransformerSpec``.
+
+CTranslate2 adds its own sinusoidal table unless one is given, and its
+default is not the paper's interleaved sin/cos and starts at position 1, so
+our table is assigned explicitly (kept fp32; every learned weight is stored
+as the fp16 it already is in model.safetensors). Like ours, CTranslate2
+scales embeddings by √d_model before adding positions (§3.4), and the
+output projection is the embedding matrix (saved once: CTranslate2 aliases
+equal arrays). The vocabulary is ours, id for id. A source is our
+subword tokens followed by ``</s>``, as in training: the caller appends it
+(``add_source_eos`` stays off, so existing callers that do are not doubled).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.config import load_config
+from aiayn.model.layers import FeedForward, sinusoidal_positions
+from aiayn.model.tokenizer import SubwordTokenizer
+from aiayn.model.transformer import Transformer
+from aiayn.model.weights import STORAGE_DTYPE
+from aiayn.search.greedy import EXTRA_LEN
+
+CTRANSLATE2_DIR = "ctranslate2"
+
+
+def array(tensor: torch.Tensor) -> np.ndarray:
+    """A learned weight as stored in model.safetensors (fp16, so this is exact)."""
+    return tensor.detach().to(STORAGE_DTYPE).cpu().numpy()
+
+
+def set_linear(spec: object, linears: list[nn.Linear]) -> None:
+    """One CTranslate2 linear from one or several of ours (fused along the output dimension)."""
+    spec.weight = np.concatenate([array(linear.weight) for linear in linears])
+    spec.bias = np.concatenate([array(linear.bias) for linear in linears])
+
+
+def set_layer_norm(spec: object, norm: nn.LayerNorm) -> None:
+    spec.gamma = array(norm.weight)
+    spec.beta = array(norm.bias)
+
+
+def set_attention(spec: object, attention: MultiHeadAttention, norm: nn.LayerNorm, self_attention: bool) -> None:
+    if self_attention:
+        set_linear(spec.linear[0], [attention.w_q, attention.w_k, attention.w_v])
+    else:
+        set_linear(spec.linear[0], [attention.w_q])
+        set_linear(spec.linear[1], [attention.w_k, attention.w_v])
+    set_linear(spec.linear[-1], [attention.w_o])
+    set_layer_norm(spec.layer_norm, norm)
+
+
+def set_ffn(spec: object, feed_forward: FeedForward, norm: nn.LayerNorm) -> None:
+    set_linear(spec.linear_0, [feed_forward.w_1])
+    set_linear(spec.linear_1, [feed_forward.w_2])
+    set_layer_norm(spec.layer_norm, norm)
+
+
+def set_inputs(spec: object, model: Transformer) -> None:
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
+    embeddings.weight = array(model.embedding.weight)
+    spec.scale_embeddings = True  # × √d_model, §3.4
+    positions = torch.arange(model.config.max_len + 64)  # outputs may run 50 past the longest input
+    spec.position_encodings.encodings = sinusoidal_positions(positions, model.config.d_model).numpy()
+
+
+def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer) -> object:
+    """Describe ``model`` as data for CTranslate2; the spec validates every slot when saved."""
+    from ctranslate2.specs import transformer_spec as ts
+
+    config = model.config
+    spec = ts.TransformerSpec.from_config(
+        (config.n_encoder_layers, config.n_decoder_layers), config.n_heads, pre_norm=config.norm_first
+    )
+    set_inputs(spec.encoder, model)
+    set_inputs(spec.decoder, model)
+    spec.decoder.projection.weight = array(model.embedding.weight)  # tied, §3.4
+    spec.decoder.projection.bias = np.zeros(config.vocab_size, dtype=np.float16)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder_layers, strict=True):
+        set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.norm, True)
+        set_ffn(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.norm)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder_layers, strict=True):
+        set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.norm, True)
+        set_attention(layer_spec.attention, layer.cross_attn, layer.cross_attn_residual.norm, False)
+        set_ffn(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.norm)
+    if config.norm_first:
+        set_layer_norm(spec.encoder.layer_norm, model.encoder_norm)
+        set_layer_norm(spec.decoder.layer_norm, model.decoder_norm)
+    vocabulary = [tokenizer.id_to_token(i) for i in range(config.vocab_size)]
+    spec.register_source_vocabulary(vocabulary)
+    spec.register_target_vocabulary(vocabulary)
+    tokens = config.special_tokens
+    spec.config.unk_token = vocabulary[tokens.unk]
+    spec.config.bos_token = spec.config.decoder_start_token = vocabulary[tokens.bos]
+    spec.config.eos_token = vocabulary[tokens.eos]
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    return spec
+
+
+def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer, folder: Path) -> Path:
+    """Write the CTranslate2 model into ``folder/ctranslate2``."""
+    target = Path(folder) / CTRANSLATE2_DIR
+    spec = transformer_spec(model.eval(), tokenizer)
+    spec.validate()
+    spec.optimize(quantization=None)
+    target.mkdir(parents=True, exist_ok=True)
+    spec.save(str(target))
+    return target
+
+
+def ctranslate2_greedy(
+    folder: Path, tokenizer: SubwordTokenizer, texts: list[str], extra_len: int = EXTRA_LEN
+) -> list[list[int]]:
+    """Greedy output ids from CTranslate2 for ``texts``, with our limit of source length + ``extra_len``.
+
+    CTranslate2 takes one length limit per call, so sentences go in groups of equal source length.
+    """
+    import ctranslate2
+
+    # fp32 arithmetic, as ours (the stored fp16 weights would make CTranslate2 pick fp16 where it can).
+    translator = ctranslate2.Translator(
+        str(Path(folder) / CTRANSLATE2_DIR), device="cpu", compute_type="float32", inter_threads=1
+    )
+    vocab = tokenizer.tokenizer.get_vocab()
+    eos = tokenizer.id_to_token(load_config(folder).special_tokens.eos)
+    sources = [[tokenizer.id_to_token(i) for i in tokenizer.encode(text)] + [eos] for text in texts]
+    outputs: list[list[int]] = [[] for _ in texts]
+    for length in sorted({len(source) for source in sources}):
+        group = [i for i, source in enumerate(sources) if len(source) == length]
+        results = translator.translate_batch(
+            [sources[i] for i in group],
+            beam_size=1,
+            max_decoding_length=length + extra_len,
+        )
+        for i, result in zip(group, results, strict=True):
+            outputs[i] = [vocab[token] for token in result.hypotheses[0]]
+    return outputs

@@ -1,0 +1,15 @@
+"""The one NumPy search shared by the PyTorch and ONNX Runtime engines, over the ``StepModel`` interface."""
+
+from aiayn.search.beam import Hypothesis, beam_search, beam_search_nbest, gnmt_length_penalty
+from aiayn.search.greedy import greedy_search, max_lengths
+from aiayn.search.step import StepModel
+
+__all__ = [
+    "Hypothesis",
+    "StepModel",
+    "beam_search",
+    "beam_search_nbest",
+    "gnmt_length_penalty",
+    "greedy_search",
+    "max_lengths",
+]
