@@ -13,6 +13,8 @@ import platform
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -92,6 +94,14 @@ def ctranslate2_translate(folder: Path, tokenizer: SubwordTokenizer, compute_typ
     return run
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM; unlike ru_maxrss it does not carry over across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(
     name: str,
     translate: Translate,
@@ -127,55 +137,81 @@ def measure(
         tokens_per_s=tokens / seconds,
         p50_ms=float(np.percentile(latencies, 50)) if latencies is not None else None,
         p90_ms=float(np.percentile(latencies, 90)) if latencies is not None else None,
-        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        peak_rss_mb=peak_rss_mb(),
         bleu=score([tokenizer.decode(o) for o in outputs], refs[: len(outputs)]).bleu,
     )
 
 
-def engines(folder: Path, workdir: Path) -> dict[str, Callable[[], Translate]]:
-    """Lazily built engines, all on one copy of the model folder (its int8 and CTranslate2 exports added)."""
-    import torch
+ENGINES = (
+    "tutorial (torch, no cache)",
+    "torch + KV cache",
+    "onnx fp32",
+    "onnx int8",
+    "ctranslate2 fp32",
+    "ctranslate2 int8",
+)
 
+
+def prepare(folder: Path, workdir: Path) -> None:
+    """One copy of the model folder with every export the engines need: ONNX fp32 and int8, CTranslate2."""
     from aiayn.export.ctranslate2 import export_ctranslate2
     from aiayn.export.onnx_export import export_onnx
-    from aiayn.model.engine import TorchEngine
     from aiayn.model.weights import load_model
-    from aiayn.serve.engine import OnnxEngine
 
-    torch.set_num_threads(THREADS)
     shutil.copytree(folder, workdir, dirs_exist_ok=True)
     model = load_model(workdir)
-    tokenizer = SubwordTokenizer.load(workdir / "tokenizer.json")
     export_onnx(model, workdir, ("fp32", "int8"))
-    export_ctranslate2(model, tokenizer, workdir)
-    max_len = model.config.max_len
+    export_ctranslate2(model, SubwordTokenizer.load(workdir / "tokenizer.json"), workdir)
 
-    def onnx(variant: str) -> Translate:
-        return step_translate(OnnxEngine.load(workdir, "cpu", variant, threads=THREADS), tokenizer, max_len)
 
-    return {
-        "tutorial (torch, no cache)": lambda: step_translate(NoCacheEngine(model), tokenizer, max_len),
-        "torch + KV cache": lambda: step_translate(TorchEngine(model), tokenizer, max_len),
-        "onnx fp32": lambda: onnx("fp32"),
-        "onnx int8": lambda: onnx("int8"),
-        "ctranslate2 fp32": lambda: ctranslate2_translate(workdir, tokenizer, "float32"),
-        "ctranslate2 int8": lambda: ctranslate2_translate(workdir, tokenizer, "int8"),
-    }
+def make_engine(name: str, workdir: Path, tokenizer: SubwordTokenizer) -> Translate:
+    """The engine ``name``; torch is imported only by the torch engines."""
+    if name.startswith("ctranslate2"):
+        return ctranslate2_translate(workdir, tokenizer, "float32" if name.endswith("fp32") else "int8")
+    if name.startswith("onnx"):
+        from aiayn.model.config import load_config
+        from aiayn.serve.engine import OnnxEngine
+
+        engine = OnnxEngine.load(workdir, "cpu", name.split()[-1], threads=THREADS)
+        return step_translate(engine, tokenizer, load_config(workdir).max_len)
+    import torch
+
+    from aiayn.model.engine import TorchEngine
+    from aiayn.model.weights import load_model
+
+    torch.set_num_threads(THREADS)
+    model = load_model(workdir)
+    engine = NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model)
+    return step_translate(engine, tokenizer, model.config.max_len)
+
+
+def measure_engine(name: str, workdir: Path, src: list[str], refs: list[str], quick: bool) -> list[Row]:
+    count, tutorial_count, repetitions = (60, 20, 1) if quick else (300, 60, 3)
+    tokenizer = SubwordTokenizer.load(workdir / "tokenizer.json")
+    translate = make_engine(name, workdir, tokenizer)
+    n = tutorial_count if name.startswith("tutorial") else count
+    return [
+        measure(name, translate, src[:n], refs, tokenizer, beam, batch, repetitions)
+        for beam in (1, 4)
+        for batch in (1, 32)
+    ]
 
 
 def run_bench(folder: Path, src: list[str], refs: list[str], quick: bool) -> list[Row]:
-    count, tutorial_count, repetitions = (60, 20, 1) if quick else (300, 60, 3)
-    rows = []
+    """Each engine in a process of its own: runtimes that share a process (torch's and CTranslate2's
+    OpenMP thread pools) slow each other down, CTranslate2 by more than ten times here."""
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp) / "model"
-        tokenizer_of = {name: make for name, make in engines(folder, workdir).items()}
-        tokenizer = SubwordTokenizer.load(workdir / "tokenizer.json")
-        for name, make in tokenizer_of.items():
-            translate = make()
-            n = tutorial_count if name.startswith("tutorial") else count
-            for beam in (1, 4):
-                for batch in (1, 32):
-                    rows.append(measure(name, translate, src[:n], refs, tokenizer, beam, batch, repetitions))
+        prepare(folder, workdir)
+        sentences = Path(tmp) / "sentences.json"
+        sentences.write_text(json.dumps({"src": src, "refs": refs}), encoding="utf-8")
+        for name in ENGINES:
+            command = [sys.executable, "-m", "aiayn.bench.run", str(workdir), name, str(sentences)]
+            result = subprocess.run([*command, *(["--quick"] if quick else [])], capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"bench of {name} failed:\n{result.stderr[-2000:]}")
+            rows += [Row(**row) for row in json.loads(result.stdout.splitlines()[-1])]
     return rows
 
 
@@ -221,3 +257,14 @@ def report(rows: list[Row], json_path: Path | None) -> str:
             json.dumps({"machine": machine, "rows": [asdict(r) for r in rows], "ratios": ratios(rows)}, indent=2)
         )
     return f"{table}\n\nThroughput ratios (target tokens/s; medians):\n{ratio_lines}\n\nMachine: {machine}"
+
+
+def main() -> None:
+    """One engine's measurements, as a JSON line (``run_bench`` starts one process per engine)."""
+    workdir, name, sentences = Path(sys.argv[1]), sys.argv[2], json.loads(Path(sys.argv[3]).read_text())
+    rows = measure_engine(name, workdir, sentences["src"], sentences["refs"], "--quick" in sys.argv)
+    print(json.dumps([asdict(r) for r in rows]))
+
+
+if __name__ == "__main__":
+    main()
