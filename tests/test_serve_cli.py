@@ -14,12 +14,12 @@ from aiayn.search.translator import SearchSettings
 from aiayn.serve.service import TranslationService
 from aiayn.serve.text import MAX_SENTENCE_TOKENS, split_long
 
-LINES = ["Two dogs play in the snow.", "", "A girl jumps into the pool. A man is cooking.", "A dog runs on the beach."]
+LINES = ["Two dogs play in the snow.", "", "A girl jumps into the pool. A man is cooking.", "A dog runs on the sand."]
 EXPECTED = [
     "Zwei Hunde spielen im Schnee.",
     "",
     "Ein Mädchen springt ins Schwimmbecken. Ein Mann kocht.",
-    "Ein Hund rennt am Strand.",
+    "Ein Hund rennt im Sand.",
 ]
 
 

@@ -38,14 +38,24 @@ def best_candidates(scores: np.ndarray, m: int) -> np.ndarray:
     Ties go to the lower index, so the result never depends on how np.partition
     orders them: at the m-th largest value, the tied columns are taken from the left.
     """
-    threshold = np.partition(scores, -m, axis=1)[:, [-m]]  # (rows, 1) the m-th largest
+    candidates = np.argpartition(scores, -m, axis=1)[:, -m:]  # (rows, m) some m largest, any order
+    threshold = np.take_along_axis(scores, candidates, axis=1).min(axis=1, keepdims=True)  # (rows, 1)
+    if ((scores >= threshold).sum(axis=1) == m).all():
+        # No tie at the threshold left out (the usual case): the partition's columns are the answer.
+        columns = np.sort(candidates, axis=1)
+    else:
+        columns = tie_aware_columns(scores, threshold, m)
+    order = np.argsort(-np.take_along_axis(scores, columns, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(columns, order, axis=1)
+
+
+def tie_aware_columns(scores: np.ndarray, threshold: np.ndarray, m: int) -> np.ndarray:
+    """The ``m`` best columns per row, ascending, taking tied columns at ``threshold`` from the left."""
     above = scores > threshold
     tied = scores == threshold
     room = m - above.sum(axis=1, keepdims=True)  # (rows, 1) how many tied columns to take
     chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # m per row
-    columns = np.nonzero(chosen)[1].reshape(-1, m)  # (rows, m) ascending
-    order = np.argsort(-np.take_along_axis(scores, columns, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(columns, order, axis=1)
+    return np.nonzero(chosen)[1].reshape(-1, m)  # (rows, m) ascending
 
 
 def beam_search_nbest(
