@@ -17,7 +17,7 @@ from aiayn.export.commands import add_export
 from aiayn.export.contract import VARIANTS
 from aiayn.model.config import ModelConfig
 from aiayn.model.data import LANGUAGES, SPLITS
-from aiayn.model.folder import DEFAULT_MODEL
+from aiayn.model.folder import DEFAULT_MODEL, resolve_model
 from aiayn.serve.commands import add_serve, add_translate
 
 
@@ -66,6 +66,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         resume=args.resume,
         max_steps=args.max_steps,
         time_limit_minutes=args.time_limit,
+        init_from=resolve_model(args.init_from) if args.init_from else None,
     )
     train_data = load_parallel("train", args.src, args.tgt, args.data)
     val_data = load_parallel("val", args.src, args.tgt, args.data)
@@ -149,6 +150,12 @@ def add_train(sub: Any) -> None:
         default=None,
         metavar="MINUTES",
         help="start no new epoch after this much training time (then average, if asked)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="MODEL",
+        help="continue training a model folder or bundled model (its tokenizer, config and weights) into --out",
     )
     p.add_argument("--limit", type=positive_int, default=None, help="use only the first N training sentences")
     p.add_argument("--data", default=None, help="Multi30k folder (default: AIAYN_DATA, ../shared, or download)")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aiayn.search import beam_search, beam_search_nbest, gnmt_length_penalty, greedy_search
-from aiayn.search.beam import best_candidates
+from aiayn.search.step import FullDistributionStep, top_columns
 
 PAD, BOS, EOS = 0, 1, 2
 KEYS, POSITIONS = 5, 7
@@ -24,7 +24,7 @@ class ToyState:
     keys: list[int]
 
 
-class ToyModel:
+class ToyModel(FullDistributionStep[ToyState]):
     """Log-probabilities from a fixed table indexed by (source key, last token, position, next token).
 
     It checks what the search feeds it: one token per step, <s> first and only
@@ -131,10 +131,30 @@ def test_an_early_eos_does_not_take_a_live_beams_place() -> None:
     assert [h.tokens for h in nbest] == [[], [b]]
 
 
-def test_best_candidates_breaks_ties_by_the_lower_index() -> None:
+def test_top_columns_breaks_ties_by_the_lower_index() -> None:
     scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [-np.inf, -np.inf, 0.5, -np.inf, -np.inf, -np.inf]])
-    assert best_candidates(scores, 2).tolist() == [[1, 2], [2, 0]]
-    assert best_candidates(scores, 4).tolist() == [[1, 2, 4, 5], [2, 0, 1, 3]]
+    assert top_columns(scores, 2).tolist() == [[1, 2], [2, 0]]
+    assert top_columns(scores, 4).tolist() == [[1, 2, 4, 5], [2, 0, 1, 3]]
+
+
+class WholeVocabularyModel(ToyModel):
+    """Returns every token from ``step_top``, whatever k: the search then ranks all k × vocab candidates."""
+
+    def step_top(self, state: ToyState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, ToyState]:
+        return super().step_top(state, tgt_ids, self.table.shape[-1])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_each_beams_best_2k_give_the_same_search_as_the_whole_vocabulary(seed: int) -> None:
+    """Beam search takes only each beam's 2k best tokens; with many exact ties, nothing changes."""
+    logits = np.round(np.random.default_rng(seed).normal(size=(KEYS, 9, POSITIONS, 9)))  # few distinct values
+    logits[..., [PAD, BOS]] = -np.inf
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    src = np.array([[3, 4, 5, EOS], [6, EOS, PAD, PAD], [4, 4, EOS, PAD], [7, EOS, PAD, PAD]])
+    for beam in (1, 2, 3, 5):
+        reduced = beam_search_nbest(ToyModel(log_probs), src, beam_size=beam, max_len=8)
+        whole = beam_search_nbest(WholeVocabularyModel(log_probs), src, beam_size=beam, max_len=8)
+        assert reduced == whole
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])

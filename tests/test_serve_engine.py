@@ -16,11 +16,13 @@ from onnx import TensorProto, helper
 from aiayn.model.engine import TorchEngine
 from aiayn.model.tokenizer import SubwordTokenizer
 from aiayn.model.weights import load_model
+from aiayn.search.step import FullDistributionStep
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.commands import DEVICES
 from aiayn.serve.engine import CUDA, BoundOnnxEngine, DeviceUnavailable, OnnxEngine
 from aiayn.serve.engine import DEVICES as ENGINE_DEVICES
 from aiayn.serve.gather import gather_model
+from aiayn.serve.top_k import with_top_k_head
 
 REAL_SENTENCES = {
     "en-de": [
@@ -118,6 +120,54 @@ def test_gather_graph_is_valid_onnx_and_selects_rows() -> None:
     outputs = session.run(None, {**{f"data_{i}": v for i, v in enumerate(values)}, "rows": rows})
     for value, out in zip(values, outputs, strict=True):
         assert out.dtype == value.dtype and np.array_equal(out, value[rows])
+
+
+def test_top_k_head_is_valid_onnx_and_keeps_the_contract(tiny_folder: Path) -> None:
+    exported = (tiny_folder / "decoder.onnx").read_bytes()
+    served = onnx.load_from_string(with_top_k_head(exported))
+    onnx.checker.check_model(served, full_check=True)
+    original = onnx.load_from_string(exported)
+    assert [i.name for i in served.graph.input] == [i.name for i in original.graph.input] + ["top_k"]
+    assert [o.name for o in served.graph.output] == [o.name for o in original.graph.output] + [
+        "top_log_probs",
+        "top_ids",
+    ]
+    assert len(served.graph.node) == len(original.graph.node) + 1 and served.graph.node[-1].op_type == "TopK"
+    assert served.metadata_props == original.metadata_props  # the stamps the engine checks survive
+
+
+class NumpyTop(FullDistributionStep[object]):
+    """The k best of an engine's full distribution, chosen by NumPy (what the PyTorch engine does)."""
+
+    def __init__(self, engine: OnnxEngine) -> None:
+        self.engine = engine
+
+    def step(self, state: object, tgt_ids: np.ndarray) -> tuple[np.ndarray, object]:
+        return self.engine.step(state, tgt_ids)
+
+
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_step_top_equals_the_k_best_of_the_full_distribution(tiny_folder: Path, io_binding: bool) -> None:
+    engine = OnnxEngine.load(tiny_folder, device="cpu", io_binding=io_binding)
+    src = np.array([[5, 6, 7, 3], [8, 3, 0, 0]])
+    tgt = np.array([[2, 9, 10], [2, 11, 12]])
+    for k in (1, 4, 8, 500):  # 500 is more than the vocabulary (120): all of it, best first
+        values, ids, _ = engine.step_top(engine.start(src), tgt, k)
+        want_values, want_ids, _ = NumpyTop(engine).step_top(engine.start(src), tgt, k)
+        assert ids.shape == (2, min(k, engine.vocab_size)) and ids.dtype == np.int64
+        assert np.array_equal(ids, want_ids) and np.array_equal(values, want_values)
+
+
+def test_select_copies_the_source_side_only_when_rows_change_sentence(tiny_folder: Path) -> None:
+    engine = OnnxEngine.load(tiny_folder, device="cpu")
+    state = engine.select(engine.start(np.array([[5, 6, 7, 3], [8, 3, 0, 0]])), np.array([0, 0, 1, 1]))
+    _, state = engine.step(state, np.array([[2], [2], [2], [2]]))
+    within = engine.select(state, np.array([1, 0, 3, 3]))  # beams reordered inside their sentences
+    assert within.cross is state.cross and within.src_mask is state.src_mask
+    assert np.array_equal(within.past[0], state.past[0][[1, 0, 3, 3]])
+    dropped = engine.select(state, np.array([2, 3]))  # the first sentence is done
+    assert np.array_equal(dropped.cross[0], state.cross[0][[2, 3]]) and dropped.sources.tolist() == [1, 1]
+    assert np.array_equal(dropped.src_mask, state.src_mask[[2, 3]])
 
 
 def test_io_binding_path_equals_the_host_path(tiny_folder: Path) -> None:

@@ -101,3 +101,37 @@ def test_checkpoint_averaging_is_the_mean(tmp_path: Path) -> None:
         torch.save({"model": {"w": torch.full((2,), value)}}, path)
         paths.append(path)
     assert torch.equal(average_state_dicts(paths)["w"], torch.full((2,), 3.0))
+
+
+def test_init_from_continues_a_model_folder_where_its_schedule_left_off(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    parent = train(options(tmp_path / "parent", epochs=2), train_data, val)
+    parent_steps = json.loads((parent / TRAINING_RECORD_FILE).read_text())["steps"]
+
+    # With a zero learning rate one step changes nothing: the child starts from the parent's weights.
+    frozen = train(
+        options(tmp_path / "frozen", init_from=parent, overrides={}, lr_scale=0.0, max_steps=1), train_data, val
+    )
+    start = torch.load(frozen / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
+    for name, tensor in load_model(parent).state_dict().items():
+        assert torch.equal(start[name], tensor), name
+
+    child = train(options(tmp_path / "child", init_from=parent, epochs=1, overrides={"dropout": 0.1}), train_data, val)
+    assert (child / TOKENIZER_FILE).read_text() == (parent / TOKENIZER_FILE).read_text()
+    state = torch.load(child / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    steps = state["step"]
+    want_lr = learning_rate(parent_steps + steps, TINY["d_model"], 100, 0.3)  # eq. 3 goes on, no new warm-up
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
+    record = json.loads((child / TRAINING_RECORD_FILE).read_text())
+    assert record["parent"]["steps"] == parent_steps and record["parent"]["commands"]
+    assert json.loads((child / "config.json").read_text())["model"]["dropout"] == 0.1
+
+
+def test_init_from_refuses_another_pair_or_architecture(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    parent = train(options(tmp_path / "parent", epochs=1), train_data, val)
+    other_pair = ParallelCorpus(train_data.src, train_data.tgt, "en", "fr", "train")
+    with pytest.raises(ValueError, match="translates en->de"):
+        train(options(tmp_path / "a", init_from=parent, overrides={}), other_pair, val)
+    with pytest.raises(ValueError, match="d_model cannot change"):
+        train(options(tmp_path / "b", init_from=parent, overrides={"d_model": 32}), train_data, val)

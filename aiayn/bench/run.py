@@ -25,6 +25,7 @@ import numpy as np
 
 from aiayn.model.metrics import score
 from aiayn.model.tokenizer import SubwordTokenizer
+from aiayn.search.step import FullDistributionStep
 
 THREADS = 2
 Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
@@ -44,7 +45,7 @@ class Row:
     bleu: float
 
 
-class NoCacheEngine:
+class NoCacheEngine(FullDistributionStep[tuple[object, np.ndarray]]):
     """The tutorials' decoding: the encoder once, then the decoder over the whole prefix at every step."""
 
     def __init__(self, model: object) -> None:

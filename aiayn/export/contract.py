@@ -126,6 +126,21 @@ def decoder_spec(config: ModelConfig) -> GraphSpec:
     )
 
 
+# The serve engine's selection head (``aiayn/serve/top_k.py``): added in memory to the decoder it runs,
+# never stored in decoder.onnx. The search asks for each row's k best next tokens and gets only those.
+TOP_K_INPUT = TensorSpec("top_k", "int64", (1,), "how many of the best next tokens to return (k ≤ vocabulary)")
+TOP_K_OUTPUTS = (
+    TensorSpec("top_log_probs", "float32", ("batch", "new_len", "k"), "the k largest `log_probs`, best first"),
+    TensorSpec("top_ids", "int64", ("batch", "new_len", "k"), "their token ids; equal values: the lower id first"),
+)
+
+
+def serving_decoder_spec(config: ModelConfig) -> GraphSpec:
+    """The decoder as the serve engine runs it: the contract's graph with the selection head."""
+    spec = decoder_spec(config)
+    return GraphSpec(spec.file, (*spec.inputs, TOP_K_INPUT), (*spec.outputs, *TOP_K_OUTPUTS))
+
+
 def contract(config: ModelConfig) -> dict[str, object]:
     """The contract as written into config.json's ``onnx`` section."""
     return {

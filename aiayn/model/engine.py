@@ -11,6 +11,7 @@ from torch import Tensor
 
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
+from aiayn.search.step import FullDistributionStep
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class TorchState:
     src_allowed: Tensor  # (rows, 1, 1, src_len)
 
 
-class TorchEngine:
+class TorchEngine(FullDistributionStep[TorchState]):
     """Encodes once, then decodes one step at a time with the KV cache; NumPy in and out."""
 
     name = "torch"

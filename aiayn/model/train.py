@@ -7,6 +7,7 @@ training.png after every epoch, and checkpoints/ for --resume and averaging.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from torch import Tensor
 from tqdm import tqdm
 
@@ -30,7 +32,7 @@ from aiayn.model.checkpoint import average_state_dicts, load_checkpoint, save_at
 from aiayn.model.config import PRESETS, ModelConfig, load_config, save_config
 from aiayn.model.data import ParallelCorpus
 from aiayn.model.engine import TorchEngine
-from aiayn.model.folder import CHECKPOINT_DIR, TOKENIZER_FILE
+from aiayn.model.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_RECORD_FILE, WEIGHTS_FILE, require_files
 from aiayn.model.metrics import score
 from aiayn.model.record import write_record
 from aiayn.model.tokenizer import SubwordTokenizer, train_tokenizer
@@ -39,6 +41,8 @@ from aiayn.model.weights import load_state_strict, save_weights
 from aiayn.search.translator import SearchSettings, Translator
 
 LAST_CHECKPOINT = "last.pt"
+# Config fields that --init-from may change: they alter training, not the weights' shapes or meaning.
+REGULARIZATION_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
 
 
 @dataclass
@@ -60,6 +64,7 @@ class TrainOptions:
     resume: bool = False
     max_steps: int | None = None  # stop early (a test of resume, a quick run)
     time_limit_minutes: float | None = None  # no new epoch after this much training time; then average
+    init_from: Path | None = None  # a model folder to continue training from (its config, tokenizer, weights)
     command: str = field(default_factory=lambda: shlex.join(["aiayn", *sys.argv[1:]]))
 
 
@@ -175,8 +180,13 @@ class Trainer:
         self.wall_seconds = 0.0
         self.averaged: dict[str, Any] = {}
         self.commands = [options.command]  # the first command, then each --resume
+        # Steps the weights were trained for before this run: eq. 3 goes on from there, not from warm-up.
+        self.schedule_offset = 0
+        self.parent: dict[str, Any] = {}
         if options.resume:
             self.load_state_dict(load_checkpoint(self.ckpt_dir / LAST_CHECKPOINT))
+        elif options.init_from is not None:
+            self._start_from_parent(Path(options.init_from))
         self.parallel_model: torch.nn.Module = self.model
         if self.world_size > 1:
             self.parallel_model = torch.nn.parallel.DistributedDataParallel(self.model)
@@ -193,6 +203,36 @@ class Trainer:
             raise FileExistsError(
                 f"{self.out} already holds a training run; pass --resume to continue it or choose another --out"
             )
+        if options.init_from is not None:
+            tokenizer, config = self._parent_tokenizer_and_config(Path(options.init_from))
+        else:
+            tokenizer, config = self._new_tokenizer_and_config()
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            tokenizer.save(self.out / TOKENIZER_FILE)
+            save_config(self.out, config)
+        return tokenizer, config
+
+    def _parent_tokenizer_and_config(self, parent: Path) -> tuple[SubwordTokenizer, ModelConfig]:
+        """The parent folder's vocabulary and architecture; only regularization may change (``--set dropout=...``)."""
+        require_files(parent, [WEIGHTS_FILE, TOKENIZER_FILE], "--init-from needs a trained model folder")
+        config = load_config(parent)
+        if (config.src_lang, config.tgt_lang) != (self.train_data.src_lang, self.train_data.tgt_lang):
+            raise ValueError(
+                f"--init-from {parent} translates {config.src_lang}->{config.tgt_lang}, but --src/--tgt ask for "
+                f"{self.train_data.src_lang}->{self.train_data.tgt_lang}"
+            )
+        changed = {name for name, value in self.options.overrides.items() if getattr(config, name) != value}
+        architecture = changed - REGULARIZATION_FIELDS
+        if architecture:
+            raise ValueError(
+                f"--init-from keeps the parent's architecture; --set {', '.join(sorted(architecture))} cannot change "
+                f"(only {', '.join(sorted(REGULARIZATION_FIELDS))} can)"
+            )
+        return SubwordTokenizer.load(parent / TOKENIZER_FILE), config.replace(**self.options.overrides)
+
+    def _new_tokenizer_and_config(self) -> tuple[SubwordTokenizer, ModelConfig]:
+        options = self.options
         if options.preset not in PRESETS:
             raise ValueError(f"unknown preset {options.preset!r}; choose one of {', '.join(PRESETS)}")
         preset = PRESETS[options.preset].replace(**options.overrides)
@@ -200,11 +240,22 @@ class Trainer:
         config = preset.replace(
             vocab_size=tokenizer.vocab_size, src_lang=self.train_data.src_lang, tgt_lang=self.train_data.tgt_lang
         )
-        if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            tokenizer.save(self.out / TOKENIZER_FILE)
-            save_config(self.out, config)
         return tokenizer, config
+
+    def _start_from_parent(self, parent: Path) -> None:
+        """Load the parent's weights; Adam starts afresh, the learning rate where the parent's record left off."""
+        load_state_strict(self.model, load_file(str(parent / WEIGHTS_FILE)), str(parent / WEIGHTS_FILE))
+        record_path = parent / TRAINING_RECORD_FILE
+        record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
+        self.schedule_offset = int(record.get("steps", 0))
+        self.parent = {
+            "folder": str(parent),
+            "steps": self.schedule_offset,
+            "wall_seconds": record.get("wall_seconds"),
+            "hardware": record.get("hardware"),
+            "commands": record.get("commands", []),
+            "best_val_bleu": record.get("best_val_bleu"),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -219,6 +270,8 @@ class Trainer:
             "best_bleu": self.best_bleu,
             "wall_seconds": self.wall_seconds,
             "commands": self.commands,
+            "schedule_offset": self.schedule_offset,
+            "parent": self.parent,
             "cpu_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
@@ -231,6 +284,7 @@ class Trainer:
         self.epoch_loss_sum, self.epoch_tokens = state["epoch_loss_sum"], state["epoch_tokens"]
         self.history, self.best_bleu, self.wall_seconds = state["history"], state["best_bleu"], state["wall_seconds"]
         self.commands = [*state["commands"], self.options.command]
+        self.schedule_offset, self.parent = state.get("schedule_offset", 0), state.get("parent", {})
         torch.set_rng_state(state["cpu_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -253,7 +307,8 @@ class Trainer:
 
     def train_step(self, rows: list[int]) -> tuple[float, int]:
         src_ids, tgt_in, tgt_out = make_batch(rows, self.train_src, self.train_tgt, self.config, self.device)
-        lr = learning_rate(self.step + 1, self.config.d_model, self.options.warmup_steps, self.options.lr_scale)
+        schedule_step = self.schedule_offset + self.step + 1
+        lr = learning_rate(schedule_step, self.config.d_model, self.options.warmup_steps, self.options.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with self.autocast():
@@ -310,6 +365,7 @@ class Trainer:
                     "best_val_bleu": self.best_bleu,
                     "epochs": self.history,
                     "averaged": self.averaged,
+                    "parent": self.parent,
                 },
             )
 

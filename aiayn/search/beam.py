@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.search.greedy import max_lengths
-from aiayn.search.step import StepModel
+from aiayn.search.step import StepModel, top_columns
 
 
 @dataclass(frozen=True)
@@ -30,32 +30,6 @@ class Hypothesis:
 def gnmt_length_penalty(length: int, alpha: float) -> float:
     """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016); |Y| counts the generated tokens, </s> included."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def best_candidates(scores: np.ndarray, m: int) -> np.ndarray:
-    """Column indices of the ``m`` largest ``scores`` (rows, columns) per row, best first, (rows, m).
-
-    Ties go to the lower index, so the result never depends on how np.partition
-    orders them: at the m-th largest value, the tied columns are taken from the left.
-    """
-    candidates = np.argpartition(scores, -m, axis=1)[:, -m:]  # (rows, m) some m largest, any order
-    threshold = np.take_along_axis(scores, candidates, axis=1).min(axis=1, keepdims=True)  # (rows, 1)
-    if ((scores >= threshold).sum(axis=1) == m).all():
-        # No tie at the threshold left out (the usual case): the partition's columns are the answer.
-        columns = np.sort(candidates, axis=1)
-    else:
-        columns = tie_aware_columns(scores, threshold, m)
-    order = np.argsort(-np.take_along_axis(scores, columns, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(columns, order, axis=1)
-
-
-def tie_aware_columns(scores: np.ndarray, threshold: np.ndarray, m: int) -> np.ndarray:
-    """The ``m`` best columns per row, ascending, taking tied columns at ``threshold`` from the left."""
-    above = scores > threshold
-    tied = scores == threshold
-    room = m - above.sum(axis=1, keepdims=True)  # (rows, 1) how many tied columns to take
-    chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # m per row
-    return np.nonzero(chosen)[1].reshape(-1, m)  # (rows, m) ascending
 
 
 def beam_search_nbest(
@@ -83,13 +57,17 @@ def beam_search_nbest(
     tokens = np.zeros((batch, k, 0), dtype=np.int64)  # (n, k, length - 1)
     last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
     for length in range(1, int(limits.max()) + 1):
-        log_probs, state = model.step(state, last)  # (n * k, vocab)
-        n, vocab = active.size, log_probs.shape[1]
-        candidates = (scores[:, :, None] + log_probs.reshape(n, k, vocab)).reshape(n, k * vocab)
+        # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
+        top_log_probs, top_ids, state = model.step_top(state, last, 2 * k)  # (n * k, kk) each
+        n, kk = active.size, top_ids.shape[1]
+        candidates = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
+        # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
+        # scores the column order is the (beam, token) order: ties break as over the whole vocabulary.
         # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
-        flat = best_candidates(candidates, min(2 * k, k * vocab))  # (n, m)
+        flat = top_columns(candidates, min(2 * k, k * kk))  # (n, m)
         top = np.take_along_axis(candidates, flat, axis=1)  # (n, m)
-        parent, token = np.divmod(flat, vocab)  # (n, m)
+        parent = flat // kk  # (n, m)
+        token = np.take_along_axis(top_ids.reshape(n, k * kk), flat, axis=1)  # (n, m)
         live = np.isfinite(top) & (token != eos)
         ranked_above = np.cumsum(live, axis=1) - live  # (n, m) live candidates better than each
         penalty = gnmt_length_penalty(length, length_penalty)

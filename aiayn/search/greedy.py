@@ -37,8 +37,8 @@ def greedy_search(
     rows = np.arange(batch)  # the sentence of each state row
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (rows, 1)
     for length in range(1, int(limits.max()) + 1):
-        log_probs, state = model.step(state, last)  # (rows, vocab)
-        choice = log_probs.argmax(axis=1)  # (rows,) ties go to the lower id
+        _, best, state = model.step_top(state, last, 1)  # (rows, 1)
+        choice = best[:, 0]  # (rows,) ties go to the lower id
         for row, token in zip(rows.tolist(), choice.tolist(), strict=True):
             if token != model.eos_id:
                 outputs[row].append(token)

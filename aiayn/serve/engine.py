@@ -28,10 +28,21 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from aiayn.export.contract import DECODER_FILE, ENCODER_FILE, GraphSpec, decoder_spec, encoder_spec, variant_file
+from aiayn.export.contract import (
+    DECODER_FILE,
+    ENCODER_FILE,
+    TOP_K_INPUT,
+    TOP_K_OUTPUTS,
+    GraphSpec,
+    decoder_spec,
+    encoder_spec,
+    serving_decoder_spec,
+    variant_file,
+)
 from aiayn.model.config import CONFIG_FILE, ModelConfig, load_config
 from aiayn.model.folder import TOKENIZER_FILE, WEIGHTS_FILE, require_files
 from aiayn.serve.gather import gather_model
+from aiayn.serve.top_k import with_top_k_head
 
 DEVICES = ("auto", "cpu", "cuda")
 CPU = "CPUExecutionProvider"
@@ -53,6 +64,7 @@ class OnnxState:
     src_mask: np.ndarray  # (rows, src_len) bool
     cross: list[np.ndarray]  # per layer key, value: (rows, heads, src_len, d_head)
     past: list[np.ndarray]  # per layer key, value: (rows, heads, past_len, d_head)
+    sources: np.ndarray  # (rows,) the encoded sentence behind each row's src_mask and cross
 
     @property
     def past_len(self) -> int:
@@ -83,6 +95,7 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
     options.log_severity_level = log_severity
     # Idle threads sleep instead of spinning: with several requests at once on few cores, spinning threads
     # take the cores from the working ones (about half the throughput with 4 concurrent requests on 2 cores).
+    # One stream of work gains nothing measurable from spinning either (aiayn bench, 2 cores).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
@@ -105,26 +118,35 @@ def captured_stderr() -> Iterator[list[str]]:
 
 
 def open_session(
-    model: Path | bytes, providers: list[str], threads: int, log_severity: int = ORT_WARNING
+    model: Path | bytes,
+    providers: list[str],
+    threads: int,
+    log_severity: int = ORT_WARNING,
+    path: Path | None = None,
 ) -> ort.InferenceSession:
-    """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix."""
+    """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix.
+
+    ``model`` is a file or a serialized graph; ``path`` names the file a serialized graph came from.
+    """
     source = model if isinstance(model, bytes) else str(model)
+    path = model if isinstance(model, Path) else path
     try:
         return ort.InferenceSession(source, session_options(threads, log_severity), providers=providers)
     except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        folder = model.parent if isinstance(model, Path) else "the model"
-        raise ValueError(f"ONNX Runtime cannot load {model}: {reason}; {REEXPORT.format(folder=folder)}") from None
+        if path is None:
+            raise ValueError(f"ONNX Runtime cannot load a graph built by aiayn: {reason}") from None
+        raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
 
 
-def try_cuda(path: Path, threads: int) -> tuple[ort.InferenceSession | None, str]:
+def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
     """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw)."""
     if CUDA not in ort.get_available_providers():
         return None, f"this onnxruntime build has no {CUDA} (install onnxruntime-gpu)"
     ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
     try:
         with captured_stderr() as log:
-            session = open_session(path, [CUDA, CPU], threads, ORT_ERROR)
+            session = open_session(model, [CUDA, CPU], threads, ORT_ERROR, path)
     except ValueError as err:
         return None, str(err)
     finally:
@@ -135,10 +157,11 @@ def try_cuda(path: Path, threads: int) -> tuple[ort.InferenceSession | None, str
     return None, errors[-1] if errors else "ONNX Runtime fell back to the CPU"
 
 
-def open_on_device(path: Path, device: str, threads: int) -> ort.InferenceSession:
-    """A session on ``device``: cpu, cuda (or a DeviceUnavailable error), or auto (CUDA if it really runs)."""
+def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
+    """A session of ``model`` (read from ``path``) on ``device``: cpu, cuda (or a DeviceUnavailable error),
+    or auto (CUDA if it really runs)."""
     if device != "cpu":
-        session, reason = try_cuda(path, threads)
+        session, reason = try_cuda(path, threads, model)
         if session is not None:
             return session
         if device == "cuda":
@@ -146,7 +169,7 @@ def open_on_device(path: Path, device: str, threads: int) -> ort.InferenceSessio
                 f"--device cuda: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
                 "use --device cpu, or auto to take the GPU only where it works"
             )
-    return open_session(path, [CPU], threads)
+    return open_session(model, [CPU], threads, path=path)
 
 
 def check_graph(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> None:
@@ -185,7 +208,10 @@ def check_stamp(session: ort.InferenceSession, config: ModelConfig, weights_sha2
 
 
 class OnnxEngine:
-    """Encoder and decoder sessions of a model folder; implements ``aiayn.search.StepModel`` on host arrays."""
+    """Encoder and decoder sessions of a model folder; implements ``aiayn.search.StepModel`` on host arrays.
+
+    The decoder session runs decoder.onnx with the search's selection head (``top_k.py``).
+    """
 
     name = "onnx"
 
@@ -202,6 +228,8 @@ class OnnxEngine:
         self.cross_names = [t.name for t in spec.inputs[3 : 3 + self.n_kv]]
         self.past_names = [t.name for t in spec.inputs[3 + self.n_kv :]]
         self.present_names = [t.name for t in spec.outputs[1 : 1 + self.n_kv]]
+        self.top_names = [t.name for t in TOP_K_OUTPUTS]
+        self.vocab_size = config.vocab_size
 
     @classmethod
     def load(
@@ -228,12 +256,14 @@ class OnnxEngine:
         config = load_config(folder)
         threads = threads or min(4, os.cpu_count() or 1)
         weights_sha256 = file_sha256(folder / WEIGHTS_FILE)
-        encoder = open_on_device(files[0], device, threads)
+        encoder = open_on_device(files[0], files[0].read_bytes(), device, threads)
         # The decoder follows the encoder: both on CUDA, or both on the CPU.
-        decoder = open_on_device(files[1], "cuda" if encoder.get_providers()[0] == CUDA else "cpu", threads)
+        decoder_device = "cuda" if encoder.get_providers()[0] == CUDA else "cpu"
+        decoder_graph = with_top_k_head(files[1].read_bytes())
+        decoder = open_on_device(files[1], decoder_graph, decoder_device, threads)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),
-            (decoder, decoder_spec(config), files[1]),
+            (decoder, serving_decoder_spec(config), files[1]),
         ):
             check_graph(session, spec, path)
             check_stamp(session, config, weights_sha256, path)
@@ -247,35 +277,48 @@ class OnnxEngine:
         outputs = self.encoder.run(None, {"src_ids": src_ids})  # memory, then cross key/value per layer
         rows, heads, d_head = src_ids.shape[0], self.config.n_heads, self.config.d_head
         empty = np.zeros((rows, heads, 0, d_head), dtype=np.float32)
-        return OnnxState(src_ids != self.pad_id, outputs[1:], [empty] * self.n_kv)
+        return OnnxState(src_ids != self.pad_id, outputs[1:], [empty] * self.n_kv, np.arange(rows))
 
-    def run_decoder(self, state: OnnxState, tgt_ids: np.ndarray) -> list[np.ndarray]:
+    def run_decoder(
+        self, state: OnnxState, tgt_ids: np.ndarray, outputs: list[str] | None = None, k: int = 1
+    ) -> list[np.ndarray]:
+        """The decoder's ``outputs`` (default: all, in the serving spec's order) after feeding ``tgt_ids``."""
         feeds = {
             "tgt_ids": np.ascontiguousarray(tgt_ids, dtype=np.int64),
             "position_offset": np.array(state.past_len, dtype=np.int64),
             "src_mask": state.src_mask,
             **dict(zip(self.cross_names, state.cross, strict=True)),
             **dict(zip(self.past_names, state.past, strict=True)),
+            TOP_K_INPUT.name: np.array([k], dtype=np.int64),
         }
-        return self.decoder.run(None, feeds)  # log_probs, present key/value per layer, cross_attention
+        return self.decoder.run(outputs, feeds)
 
     def step(self, state: OnnxState, tgt_ids: np.ndarray) -> tuple[np.ndarray, OnnxState]:
-        outputs = self.run_decoder(state, tgt_ids)
-        log_probs = outputs[0][:, -1]  # (rows, vocab)
-        return log_probs, OnnxState(state.src_mask, state.cross, outputs[1 : 1 + self.n_kv])
+        log_probs, *present = self.run_decoder(state, tgt_ids, ["log_probs", *self.present_names])
+        return log_probs[:, -1], OnnxState(state.src_mask, state.cross, present, state.sources)  # (rows, vocab)
+
+    def step_top(self, state: OnnxState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, OnnxState]:
+        k = min(k, self.vocab_size)
+        values, ids, *present = self.run_decoder(state, tgt_ids, [*self.top_names, *self.present_names], k)
+        return values[:, -1], ids[:, -1], OnnxState(state.src_mask, state.cross, present, state.sources)  # (rows, k)
 
     def select(self, state: OnnxState, rows: np.ndarray) -> OnnxState:
-        return OnnxState(state.src_mask[rows], [t[rows] for t in state.cross], [t[rows] for t in state.past])
+        sources = state.sources[rows]
+        past = [t[rows] for t in state.past]
+        if np.array_equal(sources, state.sources):
+            # Each row keeps its sentence (a beam reordered within its sentence): the source side is unchanged.
+            return OnnxState(state.src_mask, state.cross, past, sources)
+        return OnnxState(state.src_mask[rows], [t[rows] for t in state.cross], past, sources)
 
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
         """Last decoder layer's cross-attention over a whole output: (batch, heads, out_len, src_len)."""
-        return self.run_decoder(self.start(src_ids), out_ids)[-1]
+        return self.run_decoder(self.start(src_ids), out_ids, ["cross_attention"])[0]
 
 
 class BoundOnnxEngine(OnnxEngine):
     """The same engine with its state on the device between steps (ONNX Runtime I/O binding with OrtValues).
 
-    Per step only ``tgt_ids`` and ``position_offset`` go to the device and only ``log_probs`` comes back;
+    Per step only ``tgt_ids`` and ``position_offset`` go to the device and only the k best tokens come back;
     the cross and self-attention keys/values never leave it, and ``select`` gathers their rows there.
     """
 
@@ -307,10 +350,11 @@ class BoundOnnxEngine(OnnxEngine):
         src_mask = ort.OrtValue.ortvalue_from_numpy(src_ids != self.pad_id, self.device)
         return DeviceState(src_mask, binding.get_outputs(), None, src_ids.shape[0], 0)
 
-    def bind_decoder(self, state: DeviceState, tgt_ids: np.ndarray) -> ort.IOBinding:
+    def bind_decoder(self, state: DeviceState, tgt_ids: np.ndarray, k: int = 1) -> ort.IOBinding:
         binding = self.decoder.io_binding()
         binding.bind_cpu_input("tgt_ids", np.ascontiguousarray(tgt_ids, dtype=np.int64))
         binding.bind_cpu_input("position_offset", np.array(state.past_len, dtype=np.int64))
+        binding.bind_cpu_input(TOP_K_INPUT.name, np.array([k], dtype=np.int64))
         binding.bind_ortvalue_input("src_mask", state.src_mask)
         for name, value in zip(self.cross_names, state.cross, strict=True):
             binding.bind_ortvalue_input(name, value)
@@ -323,16 +367,29 @@ class BoundOnnxEngine(OnnxEngine):
                 binding.bind_ortvalue_input(name, value)
         return binding
 
-    def step(self, state: DeviceState, tgt_ids: np.ndarray) -> tuple[np.ndarray, DeviceState]:
-        binding = self.bind_decoder(state, tgt_ids)
-        binding.bind_output("log_probs", "cpu")
+    def run_step(
+        self, state: DeviceState, tgt_ids: np.ndarray, host_outputs: list[str], k: int = 1
+    ) -> tuple[list[np.ndarray], DeviceState]:
+        """Run one step: ``host_outputs`` come back as NumPy arrays, the present keys/values stay on the device."""
+        binding = self.bind_decoder(state, tgt_ids, k)
+        for name in host_outputs:
+            binding.bind_output(name, "cpu")
         for name in self.present_names:
             binding.bind_output(name, self.device)
         self.decoder.run_with_iobinding(binding)
-        log_probs, *present = binding.get_outputs()
+        outputs = binding.get_outputs()
+        present = outputs[len(host_outputs) :]
         new_len = tgt_ids.shape[1]
         next_state = DeviceState(state.src_mask, state.cross, present, state.rows, state.past_len + new_len)
-        return log_probs.numpy()[:, -1], next_state  # (rows, vocab)
+        return [value.numpy()[:, -1] for value in outputs[: len(host_outputs)]], next_state
+
+    def step(self, state: DeviceState, tgt_ids: np.ndarray) -> tuple[np.ndarray, DeviceState]:
+        (log_probs,), next_state = self.run_step(state, tgt_ids, ["log_probs"])
+        return log_probs, next_state  # (rows, vocab)
+
+    def step_top(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, DeviceState]:
+        (values, ids), next_state = self.run_step(state, tgt_ids, self.top_names, min(k, self.vocab_size))
+        return values, ids, next_state  # (rows, k) each
 
     def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
         values = [state.src_mask, *state.cross, *(state.past or [])]
