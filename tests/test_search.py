@@ -144,6 +144,15 @@ class WholeVocabularyModel(ToyModel):
         return super().step_top(state, tgt_ids, self.table.shape[-1])
 
 
+@pytest.mark.parametrize("columns", [6, 40, 1000])
+def test_top_columns_is_the_stable_ranking_at_any_width(columns: int) -> None:
+    """Narrow rows are sorted, wide ones partitioned first (with or without ties at the cut): same answer."""
+    rng = np.random.default_rng(columns)
+    for values in (rng.normal(size=(5, columns)), np.round(rng.normal(size=(5, columns)))):
+        for m in (1, 3, 8):
+            assert np.array_equal(top_columns(values, m), np.argsort(-values, axis=1, kind="stable")[:, :m])
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_each_beams_best_2k_give_the_same_search_as_the_whole_vocabulary(seed: int) -> None:
     """Beam search takes only each beam's 2k best tokens; with many exact ties, nothing changes."""
