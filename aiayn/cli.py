@@ -46,7 +46,7 @@ def config_override(text: str) -> tuple[str, Any]:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from aiayn.model.data import load_parallel
-    from aiayn.model.train import TrainOptions, train
+    from aiayn.model.train import TrainOptions, parent_schedule, train
 
     if args.src == args.tgt:
         raise UserError("--src and --tgt must differ")
@@ -56,8 +56,6 @@ def cmd_train(args: argparse.Namespace) -> None:
         overrides=dict(args.set),
         epochs=args.epochs,
         max_tokens=args.max_tokens,
-        lr_scale=args.lr_scale,
-        warmup_steps=args.warmup,
         label_smoothing=args.label_smoothing,
         clip_norm=args.clip_norm,
         seed=args.seed,
@@ -68,6 +66,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         time_limit_minutes=args.time_limit,
         init_from=resolve_model(args.init_from) if args.init_from else None,
     )
+    if options.init_from is not None:  # a continued run keeps its parent's schedule unless told otherwise
+        for name, value in parent_schedule(options.init_from).items():
+            setattr(options, name, value)
+    if args.lr_scale is not None:
+        options.lr_scale = args.lr_scale
+    if args.warmup is not None:
+        options.warmup_steps = args.warmup
     train_data = load_parallel("train", args.src, args.tgt, args.data)
     val_data = load_parallel("val", args.src, args.tgt, args.data)
     if args.limit:
@@ -135,14 +140,19 @@ def add_train(sub: Any) -> None:
     )
     p.add_argument("--epochs", type=positive_int, default=60)
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
-    p.add_argument("--lr-scale", type=float, default=1.0, help="factor on the eq. 3 learning rate")
-    p.add_argument("--warmup", type=positive_int, default=4000, help="warm-up steps of eq. 3")
+    p.add_argument(
+        "--lr-scale", type=float, default=None, help="factor on the eq. 3 learning rate (default 1, or the parent's)"
+    )
+    p.add_argument(
+        "--warmup", type=positive_int, default=None, help="warm-up steps of eq. 3 (default 4000, or the parent's)"
+    )
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm")
     p.add_argument("--average-last", type=int, default=0, help="average the last N epoch checkpoints at the end")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    continuing = p.add_mutually_exclusive_group()
+    continuing.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps")
     p.add_argument(
         "--time-limit",
@@ -151,7 +161,7 @@ def add_train(sub: Any) -> None:
         metavar="MINUTES",
         help="start no new epoch after this much training time (then average, if asked)",
     )
-    p.add_argument(
+    continuing.add_argument(
         "--init-from",
         default=None,
         metavar="MODEL",

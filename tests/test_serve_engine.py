@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from aiayn.model.engine import TorchEngine
 from aiayn.model.tokenizer import SubwordTokenizer
 from aiayn.model.weights import load_model
-from aiayn.search.step import FullDistributionStep
+from aiayn.search.step import FullDistributionStep, top_columns
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.commands import DEVICES
 from aiayn.serve.engine import CUDA, BoundOnnxEngine, DeviceUnavailable, OnnxEngine
@@ -134,6 +134,21 @@ def test_top_k_head_is_valid_onnx_and_keeps_the_contract(tiny_folder: Path) -> N
     ]
     assert len(served.graph.node) == len(original.graph.node) + 1 and served.graph.node[-1].op_type == "TopK"
     assert served.metadata_props == original.metadata_props  # the stamps the engine checks survive
+
+
+def test_top_k_head_breaks_ties_by_the_lower_id_like_the_numpy_search() -> None:
+    """A stand-in decoder whose ``log_probs`` is its input, with many exactly equal values, through the head."""
+    values = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "new_len", "vocab"])
+    log_probs = helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, ["batch", "new_len", "vocab"])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["log_probs"])], "ties", [values], [log_probs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    session = ort.InferenceSession(with_top_k_head(model.SerializeToString()), providers=["CPUExecutionProvider"])
+    x = np.round(np.random.default_rng(0).normal(size=(6, 1, 50))).astype(np.float32)  # a few distinct values
+    for k in (1, 5, 17):
+        top_values, top_ids = session.run(["top_log_probs", "top_ids"], {"x": x, "top_k": np.array([k])})
+        want = top_columns(x[:, -1], k)
+        assert np.array_equal(top_ids[:, -1], want)
+        assert np.array_equal(top_values[:, -1], np.take_along_axis(x[:, -1], want, axis=1))
 
 
 class NumpyTop(FullDistributionStep[object]):

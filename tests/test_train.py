@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,14 @@ def test_init_from_continues_a_model_folder_where_its_schedule_left_off(tmp_path
     want_lr = learning_rate(parent_steps + steps, TINY["d_model"], 100, 0.3)  # eq. 3 goes on, no new warm-up
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
     record = json.loads((child / TRAINING_RECORD_FILE).read_text())
-    assert record["parent"]["steps"] == parent_steps and record["parent"]["commands"]
+    assert record["parent"]["schedule_steps"] == parent_steps and record["parent"]["commands"]
+    assert record["schedule_steps"] == parent_steps + steps
     assert json.loads((child / "config.json").read_text())["model"]["dropout"] == 0.1
+
+    # A continued run continued again: eq. 3 stands after the parent's and the child's steps.
+    grandchild = train(options(tmp_path / "grandchild", init_from=child, overrides={}, max_steps=1), train_data, val)
+    lr = torch.load(grandchild / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(learning_rate(parent_steps + steps + 1, TINY["d_model"], 100, 0.3))
 
 
 def test_init_from_refuses_another_pair_or_architecture(tmp_path: Path) -> None:
@@ -135,3 +142,9 @@ def test_init_from_refuses_another_pair_or_architecture(tmp_path: Path) -> None:
         train(options(tmp_path / "a", init_from=parent, overrides={}), other_pair, val)
     with pytest.raises(ValueError, match="d_model cannot change"):
         train(options(tmp_path / "b", init_from=parent, overrides={"d_model": 32}), train_data, val)
+    shutil.rmtree(parent / CHECKPOINT_DIR)  # as in a bundled folder: nothing to --resume there
+    with pytest.raises(ValueError, match="the --init-from folder itself"):
+        train(options(parent, init_from=parent, overrides={}), train_data, val)
+    (parent / TRAINING_RECORD_FILE).unlink()
+    with pytest.raises(ValueError, match="has no training.json"):
+        train(options(tmp_path / "c", init_from=parent, overrides={}), train_data, val)

@@ -74,6 +74,28 @@ def learning_rate(step: int, d_model: int, warmup_steps: int, scale: float) -> f
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
+def read_parent_record(parent: Path) -> dict[str, Any]:
+    """The training record of a folder to continue: where its learning-rate schedule stands, and its settings."""
+    path = Path(parent) / TRAINING_RECORD_FILE
+    if not path.is_file():
+        raise ValueError(
+            f"--init-from {parent} has no {TRAINING_RECORD_FILE}, so where its learning-rate schedule left off is "
+            "unknown; continue a folder written by `aiayn train`"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def schedule_steps(record: dict[str, Any]) -> int:
+    """Steps of eq. 3 behind a folder's weights: its own, plus its parents' when it was itself continued."""
+    return int(record.get("schedule_steps", record["steps"]))
+
+
+def parent_schedule(parent: Path) -> dict[str, float]:
+    """The parent's eq. 3 settings (``lr_scale``, ``warmup_steps``): a continued run keeps them by default."""
+    options = read_parent_record(parent).get("options", {})
+    return {name: options[name] for name in ("lr_scale", "warmup_steps") if name in options}
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -216,6 +238,8 @@ class Trainer:
     def _parent_tokenizer_and_config(self, parent: Path) -> tuple[SubwordTokenizer, ModelConfig]:
         """The parent folder's vocabulary and architecture; only regularization may change (``--set dropout=...``)."""
         require_files(parent, [WEIGHTS_FILE, TOKENIZER_FILE], "--init-from needs a trained model folder")
+        if self.out.resolve() == parent.resolve():
+            raise ValueError(f"--out {self.out} is the --init-from folder itself; write the continued run elsewhere")
         config = load_config(parent)
         if (config.src_lang, config.tgt_lang) != (self.train_data.src_lang, self.train_data.tgt_lang):
             raise ValueError(
@@ -243,18 +267,19 @@ class Trainer:
         return tokenizer, config
 
     def _start_from_parent(self, parent: Path) -> None:
-        """Load the parent's weights; Adam starts afresh, the learning rate where the parent's record left off."""
+        """Load the parent's weights (the folder's fp16 ones, which may be an average); Adam starts afresh,
+        the learning rate where the parent's schedule left off."""
         load_state_strict(self.model, load_file(str(parent / WEIGHTS_FILE)), str(parent / WEIGHTS_FILE))
-        record_path = parent / TRAINING_RECORD_FILE
-        record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
-        self.schedule_offset = int(record.get("steps", 0))
+        record = read_parent_record(parent)
+        self.schedule_offset = schedule_steps(record)
         self.parent = {
             "folder": str(parent),
-            "steps": self.schedule_offset,
+            "schedule_steps": self.schedule_offset,
             "wall_seconds": record.get("wall_seconds"),
             "hardware": record.get("hardware"),
             "commands": record.get("commands", []),
             "best_val_bleu": record.get("best_val_bleu"),
+            "parent": record.get("parent", {}),  # the chain of continued runs, back to the first
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -360,6 +385,7 @@ class Trainer:
                     "options": self.state_dict()["options"],
                     "wall_seconds": round(self.wall_seconds, 1),
                     "steps": self.step,
+                    "schedule_steps": self.schedule_offset + self.step,  # where eq. 3 stands, parents included
                     "parameters": self.model.num_parameters(),
                     "hardware": hardware_summary(self.device, self.world_size),
                     "best_val_bleu": self.best_bleu,

@@ -19,7 +19,7 @@ import numpy as np
 
 State = TypeVar("State")
 # Up to this many columns a full stable sort is cheaper than a partition (beam candidates after the TopK head).
-SORT_BELOW = 256
+SORT_UP_TO = 256
 
 
 class StepModel(Protocol[State]):
@@ -60,7 +60,7 @@ def top_columns(scores: np.ndarray, m: int) -> np.ndarray:
     Ties go to the lower index, so the result never depends on how np.partition
     orders them: at the m-th largest value, the tied columns are taken from the left.
     """
-    if m >= scores.shape[1] or scores.shape[1] <= SORT_BELOW:
+    if m >= scores.shape[1] or scores.shape[1] <= SORT_UP_TO:
         return np.argsort(-scores, axis=1, kind="stable")[:, :m]  # a stable sort keeps equal ones in index order
     candidates = np.argpartition(scores, -m, axis=1)[:, -m:]  # (rows, m) some m largest, any order
     threshold = np.take_along_axis(scores, candidates, axis=1).min(axis=1, keepdims=True)  # (rows, 1)

@@ -9,7 +9,7 @@ Devices: ``cpu``; ``cuda`` (an error if no GPU runs the session); ``auto``
 (CUDA only where a session really runs on it, else CPU, with ONNX Runtime's
 own load errors captured, not shown). On CPU the state is NumPy arrays. On a
 GPU it stays on the device between steps: inputs and outputs are bound as
-OrtValues (I/O binding), only the log-probabilities come back to the host, and
+OrtValues (I/O binding), only each row's k best next tokens come back to the host, and
 ``select`` reorders the cache with a Gather graph on the device (``gather.py``).
 """
 
@@ -282,7 +282,8 @@ class OnnxEngine:
     def run_decoder(
         self, state: OnnxState, tgt_ids: np.ndarray, outputs: list[str] | None = None, k: int = 1
     ) -> list[np.ndarray]:
-        """The decoder's ``outputs`` (default: all, in the serving spec's order) after feeding ``tgt_ids``."""
+        """The decoder's ``outputs`` (default: all, in the serving spec's order) after feeding ``tgt_ids``;
+        ``k`` is the selection head's ``top_k``."""
         feeds = {
             "tgt_ids": np.ascontiguousarray(tgt_ids, dtype=np.int64),
             "position_offset": np.array(state.past_len, dtype=np.int64),

@@ -14,6 +14,8 @@ ELEMENT_TYPES = {"float32": 1, "int64": 7, "bool": 9}  # onnx.TensorProto.DataTy
 
 
 def varint(value: int) -> bytes:
+    if value < 0:
+        raise ValueError(f"varint takes a non-negative int, got {value}")
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7

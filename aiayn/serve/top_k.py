@@ -24,7 +24,9 @@ def with_top_k_head(decoder: bytes) -> bytes:
     """The serialized decoder plus ``TopK(log_probs, top_k)`` along the vocabulary (ONNX's default axis -1).
 
     ONNX's TopK returns the largest first and, among equal values, the lower index first:
-    the tie rule of ``aiayn.search.step.top_columns``.
+    the tie rule of ``aiayn.search.step.top_columns``. ONNX Runtime's CPU kernel keeps it (tested); its CUDA
+    kernel is not checked here (no GPU), so on CUDA a tie between exactly equal log-probabilities, rare in
+    fp32, may be broken the other way.
     """
     top_log_probs, top_ids = TOP_K_OUTPUTS
     head = bytes_field(1, node("TopK", [LOG_PROBS, TOP_K_INPUT.name], [top_log_probs.name, top_ids.name], "top_k"))
