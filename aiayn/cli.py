@@ -32,6 +32,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def float_list(text: str) -> list[float]:
+    """``0.6,1.0,1.4``: comma-separated numbers."""
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, e.g. 0.6,1.0,1.4; got {text}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number, e.g. 0.6,1.0,1.4")
+    return values
+
+
 def config_override(text: str) -> tuple[str, Any]:
     """``--set dropout=0.3``: a ModelConfig field and a JSON value."""
     name, sep, value = text.partition("=")
@@ -84,7 +97,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from aiayn.model.config import load_config
-    from aiayn.model.evaluate import evaluate, load_split_for
+    from aiayn.model.evaluate import evaluate, load_split_for, tune_length_penalty
     from aiayn.model.folder import resolve_model
     from aiayn.model.tokenizer import SubwordTokenizer
     from aiayn.search.translator import SearchSettings, Translator
@@ -100,7 +113,16 @@ def cmd_eval(args: argparse.Namespace) -> None:
         file=sys.stderr,
     )
     translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), load_config(folder).max_len)
-    result = evaluate(translator, corpus, SearchSettings(beam_size=args.beam, length_penalty=args.length_penalty))
+    if args.tune_length_penalty:
+        bleu = tune_length_penalty(folder, translator, corpus, args.beam, args.tune_length_penalty)
+        for alpha, value in bleu.items():
+            print(f"length penalty {alpha:4.2f}: BLEU {value:6.2f} ({corpus.split}, beam {args.beam})")
+        best = max(bleu, key=lambda alpha: bleu[alpha])
+        print(f"kept {best} in {folder / 'config.json'} (search.length_penalty)")
+        return
+    changes = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
+    settings = SearchSettings.for_folder(folder, beam_size=args.beam, **changes)
+    result = evaluate(translator, corpus, settings)
     summary = {
         "model": str(folder),
         "split": result.split,
@@ -108,7 +130,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         "engine": args.engine,
         "variant": args.variant,
         "beam": args.beam,
-        "length_penalty": args.length_penalty,
+        "length_penalty": settings.length_penalty,
         "seconds": round(result.seconds, 2),
         **result.scores.to_dict(),
     }
@@ -118,7 +140,10 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(json.dumps(summary, indent=2))
         return
     s = result.scores
-    print(f"{folder.name} {result.split} ({result.sentences} sentences, {args.engine}, beam {args.beam})")
+    print(
+        f"{folder.name} {result.split} ({result.sentences} sentences, {args.engine}, beam {args.beam}, "
+        f"length penalty {settings.length_penalty})"
+    )
     print(f"BLEU            {s.bleu:6.2f}  {s.bleu_signature}")
     print(f"BLEU lowercased {s.bleu_lowercase:6.2f}")
     print(f"chrF            {s.chrf:6.2f}  {s.chrf_signature}")
@@ -177,7 +202,19 @@ def add_eval(sub: Any) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="bundled model name (en-de, de-en) or model folder")
     p.add_argument("--split", default="test_2016_flickr", choices=SPLITS)
     p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
-    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="α of §6.1 (default: the folder's tuned value in config.json, else 0.6)",
+    )
+    p.add_argument(
+        "--tune-length-penalty",
+        type=float_list,
+        default=None,
+        metavar="A,B,...",
+        help="with --split val: score each α and keep the best in the folder's config.json",
+    )
     p.add_argument("--engine", choices=("torch", "onnx"), default="torch")
     p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="ONNX execution provider")

@@ -98,6 +98,11 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+# config.json's section of decoding defaults (like Hugging Face's generation_config.json): the length
+# penalty tuned on val by `aiayn eval --split val --tune-length-penalty ...`.
+SEARCH_SECTION = "search"
+
+
 def read_config_file(folder: Path) -> dict[str, Any]:
     """The whole ``config.json`` of a model folder: ``model`` plus sections other steps add (``onnx``)."""
     path = Path(folder) / CONFIG_FILE

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from aiayn.model.config import load_config
+from aiayn.model.config import SEARCH_SECTION, load_config, write_config_section
 from aiayn.model.data import ParallelCorpus, load_parallel
 from aiayn.model.metrics import Scores, score
 from aiayn.search.translator import SearchSettings, Translator
@@ -40,3 +40,29 @@ def evaluate(
     seconds = time.perf_counter() - started
     bar.close()
     return Evaluation(corpus.split, len(corpus), settings, score(translations, corpus.tgt), seconds, translations)
+
+
+def tune_length_penalty(
+    folder: Path, translator: Translator, corpus: ParallelCorpus, beam_size: int, candidates: list[float]
+) -> dict[float, float]:
+    """§6.1's α, chosen on the validation split: BLEU for each candidate; the best is written into the
+    folder's config.json (``search``), where every later translation of the folder takes it from."""
+    if corpus.split != "val":
+        raise ValueError(f"tune the length penalty on val only, not {corpus.split}: test sets are for reporting")
+    bleu = {}
+    for alpha in candidates:
+        bleu[alpha] = evaluate(translator, corpus, SearchSettings(beam_size, alpha), progress=False).scores.bleu
+    best = max(candidates, key=lambda alpha: bleu[alpha])  # the first listed wins a tie
+    write_config_section(
+        folder,
+        SEARCH_SECTION,
+        {
+            "length_penalty": best,
+            "tuned_on": {
+                "split": corpus.split,
+                "beam_size": beam_size,
+                "bleu": {str(a): round(b, 2) for a, b in bleu.items()},
+            },
+        },
+    )
+    return bleu

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
+from aiayn.model.config import SEARCH_SECTION, read_config_file
 from aiayn.search.beam import beam_search
 from aiayn.search.greedy import greedy_search
 from aiayn.search.step import StepModel
@@ -26,6 +28,13 @@ class SearchSettings:
     beam_size: int = 4
     length_penalty: float = 0.6
     max_extra_len: int = 50
+
+    @classmethod
+    def for_folder(cls, folder: Path, **changes: Any) -> SearchSettings:
+        """A model folder's decoding defaults (config.json's ``search`` section, if tuned), then ``changes``."""
+        saved = read_config_file(folder).get(SEARCH_SECTION, {})
+        defaults = cls(length_penalty=saved["length_penalty"]) if "length_penalty" in saved else cls()
+        return replace(defaults, **changes)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ class LoadedModel:
         self.tokenizer = SubwordTokenizer.load(folder / TOKENIZER_FILE)
         self.engine = engine
         self.translator = Translator(engine, self.tokenizer, self.config.max_len)
+        self.search = SearchSettings.for_folder(folder)
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
@@ -114,7 +115,8 @@ class LoadedModel:
 
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
-        out_ids = self.translator.translate_ids(prepared.src_ids, SearchSettings(beam_size=beam_size), on_batch)
+        settings = replace(self.search, beam_size=beam_size)
+        out_ids = self.translator.translate_ids(prepared.src_ids, settings, on_batch)
         per_sentence = list(prepared.shape.sentences)
         for index in set(prepared.owner):
             per_sentence[index] = ""
