@@ -80,6 +80,7 @@ class DeviceState:
     past: list[ort.OrtValue] | None  # per layer key, value: (rows, heads, past_len, d_head); None before step 1
     rows: int
     past_len: int
+    sources: np.ndarray  # (rows,) the encoded sentence behind each row's src_mask and cross
 
 
 def file_sha256(path: Path) -> str:
@@ -334,11 +335,11 @@ class BoundOnnxEngine(OnnxEngine):
         super().__init__(config, encoder, decoder, provider)
         self.device = "cuda" if provider == CUDA else "cpu"  # OrtValue device type of the state
         self.cross_outputs = [o.name for o in encoder.get_outputs()[1:]]  # memory itself is not needed
-        # One Gather graph for the state before the first step (mask, cross) and one after it (mask, cross, past).
-        kv = [("float32", 4)] * self.n_kv
+        # Gather graphs for the source side (mask, cross), the cache (past), and both.
+        mask, kv = [("bool", 2)], [("float32", 4)] * self.n_kv
         self.gather = {
-            n_values: open_session(gather_model([("bool", 2), *kv * (n_values // self.n_kv)]), [provider], threads)
-            for n_values in (self.n_kv, 2 * self.n_kv)
+            name: open_session(gather_model(tensors), [provider], threads)
+            for name, tensors in (("source", mask + kv), ("past", kv), ("both", mask + kv + kv))
         }
 
     def start(self, src_ids: np.ndarray) -> DeviceState:
@@ -349,7 +350,8 @@ class BoundOnnxEngine(OnnxEngine):
             binding.bind_output(name, self.device)  # ORT allocates them on the device
         self.encoder.run_with_iobinding(binding)
         src_mask = ort.OrtValue.ortvalue_from_numpy(src_ids != self.pad_id, self.device)
-        return DeviceState(src_mask, binding.get_outputs(), None, src_ids.shape[0], 0)
+        rows = src_ids.shape[0]
+        return DeviceState(src_mask, binding.get_outputs(), None, rows, 0, np.arange(rows))
 
     def bind_decoder(self, state: DeviceState, tgt_ids: np.ndarray, k: int = 1) -> ort.IOBinding:
         binding = self.decoder.io_binding()
@@ -381,7 +383,8 @@ class BoundOnnxEngine(OnnxEngine):
         outputs = binding.get_outputs()
         present = outputs[len(host_outputs) :]
         new_len = tgt_ids.shape[1]
-        next_state = DeviceState(state.src_mask, state.cross, present, state.rows, state.past_len + new_len)
+        past_len = state.past_len + new_len
+        next_state = DeviceState(state.src_mask, state.cross, present, state.rows, past_len, state.sources)
         return [value.numpy()[:, -1] for value in outputs[: len(host_outputs)]], next_state
 
     def step(self, state: DeviceState, tgt_ids: np.ndarray) -> tuple[np.ndarray, DeviceState]:
@@ -392,18 +395,28 @@ class BoundOnnxEngine(OnnxEngine):
         (values, ids), next_state = self.run_step(state, tgt_ids, self.top_names, min(k, self.vocab_size))
         return values, ids, next_state  # (rows, k) each
 
-    def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
-        values = [state.src_mask, *state.cross, *(state.past or [])]
-        session = self.gather[len(values) - 1]
+    def gather_rows(self, graph: str, values: list[ort.OrtValue], rows: np.ndarray) -> list[ort.OrtValue]:
+        """``value[rows]`` for each of ``values``, on the device, by one of the Gather graphs."""
+        session = self.gather[graph]
         binding = session.io_binding()
         for i, value in enumerate(values):
             binding.bind_ortvalue_input(f"data_{i}", value)
             binding.bind_output(f"out_{i}", self.device)
         binding.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
         session.run_with_iobinding(binding)
-        src_mask, *kv = binding.get_outputs()
-        past = kv[self.n_kv :] if state.past is not None else None
-        return DeviceState(src_mask, kv[: self.n_kv], past, len(rows), state.past_len)
+        return binding.get_outputs()
+
+    def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
+        sources = state.sources[rows]
+        if state.past is not None and np.array_equal(sources, state.sources):
+            # Each row keeps its sentence (a beam reordered within its sentence): the source side is unchanged.
+            past = self.gather_rows("past", state.past, rows)
+            return DeviceState(state.src_mask, state.cross, past, len(rows), state.past_len, sources)
+        if state.past is None:
+            src_mask, *cross = self.gather_rows("source", [state.src_mask, *state.cross], rows)
+            return DeviceState(src_mask, cross, None, len(rows), state.past_len, sources)
+        src_mask, *kv = self.gather_rows("both", [state.src_mask, *state.cross, *state.past], rows)
+        return DeviceState(src_mask, kv[: self.n_kv], kv[self.n_kv :], len(rows), state.past_len, sources)
 
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
         binding = self.bind_decoder(self.start(src_ids), out_ids)
