@@ -59,7 +59,7 @@ def config_override(text: str) -> tuple[str, Any]:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from aiayn.model.data import load_parallel
-    from aiayn.model.train import TrainOptions, parent_schedule, train
+    from aiayn.model.train import TrainOptions, train
 
     if args.src == args.tgt:
         raise UserError("--src and --tgt must differ")
@@ -78,14 +78,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         max_steps=args.max_steps,
         time_limit_minutes=args.time_limit,
         init_from=resolve_model(args.init_from) if args.init_from else None,
+        lr_scale=args.lr_scale,
+        warmup_steps=args.warmup,
     )
-    if options.init_from is not None:  # a continued run keeps its parent's schedule unless told otherwise
-        for name, value in parent_schedule(options.init_from).items():
-            setattr(options, name, value)
-    if args.lr_scale is not None:
-        options.lr_scale = args.lr_scale
-    if args.warmup is not None:
-        options.warmup_steps = args.warmup
     train_data = load_parallel("train", args.src, args.tgt, args.data)
     val_data = load_parallel("val", args.src, args.tgt, args.data)
     if args.limit:
@@ -166,18 +161,24 @@ def add_train(sub: Any) -> None:
     p.add_argument("--epochs", type=positive_int, default=60)
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
     p.add_argument(
-        "--lr-scale", type=float, default=None, help="factor on the eq. 3 learning rate (default 1, or the parent's)"
+        "--lr-scale",
+        type=float,
+        default=None,
+        help="factor on the eq. 3 learning rate (default: as the run it goes on "
+        "from, with --resume or --init-from; else 1)",
     )
     p.add_argument(
-        "--warmup", type=positive_int, default=None, help="warm-up steps of eq. 3 (default 4000, or the parent's)"
+        "--warmup",
+        type=positive_int,
+        default=None,
+        help="warm-up steps of eq. 3 (default: as the run it goes on from, with --resume or --init-from; else 4000)",
     )
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm")
     p.add_argument("--average-last", type=int, default=0, help="average the last N epoch checkpoints at the end")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    continuing = p.add_mutually_exclusive_group()
-    continuing.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps")
     p.add_argument(
         "--time-limit",
@@ -186,11 +187,12 @@ def add_train(sub: Any) -> None:
         metavar="MINUTES",
         help="start no new epoch after this much training time (then average, if asked)",
     )
-    continuing.add_argument(
+    p.add_argument(
         "--init-from",
         default=None,
         metavar="MODEL",
-        help="continue training a model folder or bundled model (its tokenizer, config and weights) into --out",
+        help="continue training a model folder or bundled model (its tokenizer, config and weights) into --out; "
+        "with --resume, the run in --out already holds them",
     )
     p.add_argument("--limit", type=positive_int, default=None, help="use only the first N training sentences")
     p.add_argument("--data", default=None, help="Multi30k folder (default: AIAYN_DATA, ../shared, or download)")

@@ -15,7 +15,7 @@ from aiayn.model.data import ParallelCorpus
 from aiayn.model.engine import TorchEngine
 from aiayn.model.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_PLOT_FILE, TRAINING_RECORD_FILE
 from aiayn.model.tokenizer import SubwordTokenizer
-from aiayn.model.train import TrainOptions, learning_rate, train
+from aiayn.model.train import TrainOptions, learning_rate, train, with_schedule
 from aiayn.model.weights import load_model
 from aiayn.search.translator import SearchSettings, Translator
 
@@ -132,6 +132,28 @@ def test_init_from_continues_a_model_folder_where_its_schedule_left_off(tmp_path
     grandchild = train(options(tmp_path / "grandchild", init_from=child, overrides={}, max_steps=1), train_data, val)
     lr = torch.load(grandchild / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
     assert lr == pytest.approx(learning_rate(parent_steps + steps + 1, TINY["d_model"], 100, 0.3))
+
+
+def test_a_continued_run_keeps_its_parents_schedule_through_a_kill_and_resume(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    parent = train(options(tmp_path / "parent", epochs=1), train_data, val)  # lr scale 0.3, warm-up 100
+    parent_steps = json.loads((parent / TRAINING_RECORD_FILE).read_text())["steps"]
+    unset = {"init_from": parent, "overrides": {}, "lr_scale": None, "warmup_steps": None}
+    killed = train(options(tmp_path / "child", epochs=5, max_steps=3, **unset), train_data, val)
+    # The same command plus --resume: the run in --out goes on, on the parent's schedule.
+    resumed = train(options(killed, epochs=5, max_steps=5, resume=True, **unset), train_data, val)
+    state = torch.load(resumed / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    assert state["step"] == 5 and state["options"]["lr_scale"] == 0.3 and state["options"]["warmup_steps"] == 100
+    want_lr = learning_rate(parent_steps + 5, TINY["d_model"], 100, 0.3)
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
+
+
+def test_a_new_run_without_schedule_settings_takes_the_papers() -> None:
+    unset = TrainOptions(out=Path("unused"))
+    assert (with_schedule(unset, {}).lr_scale, with_schedule(unset, {}).warmup_steps) == (1.0, 4000)
+    assert with_schedule(unset, {"lr_scale": 2.5, "warmup_steps": 8000}).lr_scale == 2.5
+    given = TrainOptions(out=Path("unused"), lr_scale=0.0, warmup_steps=10)
+    assert with_schedule(given, {"lr_scale": 2.5, "warmup_steps": 8000}).lr_scale == 0.0  # given wins, even 0
 
 
 def test_init_from_refuses_another_pair_or_architecture(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ from aiayn.search.translator import SearchSettings, Translator
 LAST_CHECKPOINT = "last.pt"
 # Config fields that --init-from may change: they alter training, not the weights' shapes or meaning.
 REGULARIZATION_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
+# Eq. 3's settings when neither the options nor the run being continued give them.
+SCHEDULE_DEFAULTS = {"lr_scale": 1.0, "warmup_steps": 4000}
 
 
 @dataclass
@@ -52,8 +54,9 @@ class TrainOptions:
     overrides: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields changed from the preset
     epochs: int = 60
     max_tokens: int = 4096  # per batch, padding included (§5.1 used ~25000 per side on 8 GPUs)
-    lr_scale: float = 1.0
-    warmup_steps: int = 4000
+    # Eq. 3's scale and warm-up; None: the run's own on resume, the parent's with init_from, else SCHEDULE_DEFAULTS.
+    lr_scale: float | None = None
+    warmup_steps: int | None = None
     label_smoothing: float = 0.1
     clip_norm: float | None = None
     seed: int = 1
@@ -90,10 +93,16 @@ def schedule_steps(record: dict[str, Any]) -> int:
     return int(record.get("schedule_steps", record["steps"]))
 
 
-def parent_schedule(parent: Path) -> dict[str, float]:
-    """The parent's eq. 3 settings (``lr_scale``, ``warmup_steps``): a continued run keeps them by default."""
-    options = read_parent_record(parent).get("options", {})
-    return {name: options[name] for name in ("lr_scale", "warmup_steps") if name in options}
+def with_schedule(options: TrainOptions, inherited: dict[str, Any]) -> TrainOptions:
+    """``options`` with eq. 3's unset settings taken from ``inherited`` (the options of the run being resumed
+    or continued), else from SCHEDULE_DEFAULTS: continuing a run never restarts it on another schedule."""
+    chosen = {}
+    for name, default in SCHEDULE_DEFAULTS.items():
+        value = getattr(options, name)
+        if value is None:
+            value = inherited.get(name)
+        chosen[name] = default if value is None else value
+    return replace(options, **chosen)
 
 
 def pick_device(name: str) -> torch.device:
@@ -205,10 +214,14 @@ class Trainer:
         # Steps the weights were trained for before this run: eq. 3 goes on from there, not from warm-up.
         self.schedule_offset = 0
         self.parent: dict[str, Any] = {}
+        inherited: dict[str, Any] = {}  # the options of the run this one goes on from
         if options.resume:
-            self.load_state_dict(load_checkpoint(self.ckpt_dir / LAST_CHECKPOINT))
+            state = load_checkpoint(self.ckpt_dir / LAST_CHECKPOINT)
+            self.load_state_dict(state)
+            inherited = state["options"]
         elif options.init_from is not None:
-            self._start_from_parent(Path(options.init_from))
+            inherited = self._start_from_parent(Path(options.init_from))
+        self.options = with_schedule(options, inherited)
         self.parallel_model: torch.nn.Module = self.model
         if self.world_size > 1:
             self.parallel_model = torch.nn.parallel.DistributedDataParallel(self.model)
@@ -266,9 +279,9 @@ class Trainer:
         )
         return tokenizer, config
 
-    def _start_from_parent(self, parent: Path) -> None:
+    def _start_from_parent(self, parent: Path) -> dict[str, Any]:
         """Load the parent's weights (the folder's fp16 ones, which may be an average); Adam starts afresh,
-        the learning rate where the parent's schedule left off."""
+        the learning rate where the parent's schedule left off. Returns the parent's training options."""
         load_state_strict(self.model, load_file(str(parent / WEIGHTS_FILE)), str(parent / WEIGHTS_FILE))
         record = read_parent_record(parent)
         self.schedule_offset = schedule_steps(record)
@@ -281,6 +294,7 @@ class Trainer:
             "best_val_bleu": record.get("best_val_bleu"),
             "parent": record.get("parent", {}),  # the chain of continued runs, back to the first
         }
+        return record.get("options", {})
 
     def state_dict(self) -> dict[str, Any]:
         return {
