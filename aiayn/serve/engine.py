@@ -96,7 +96,8 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
     options.log_severity_level = log_severity
     # Idle threads sleep instead of spinning: with several requests at once on few cores, spinning threads
     # take the cores from the working ones (about half the throughput with 4 concurrent requests on 2 cores).
-    # One stream of work gains nothing measurable from spinning either (aiayn bench, 2 cores).
+    # One stream of work gains nothing measurable from per-session spinning either (aiayn bench, 2 cores); a
+    # process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session (README, Speed).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
@@ -408,13 +409,13 @@ class BoundOnnxEngine(OnnxEngine):
 
     def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
         sources = state.sources[rows]
-        if state.past is not None and np.array_equal(sources, state.sources):
-            # Each row keeps its sentence (a beam reordered within its sentence): the source side is unchanged.
-            past = self.gather_rows("past", state.past, rows)
-            return DeviceState(state.src_mask, state.cross, past, len(rows), state.past_len, sources)
         if state.past is None:
             src_mask, *cross = self.gather_rows("source", [state.src_mask, *state.cross], rows)
             return DeviceState(src_mask, cross, None, len(rows), state.past_len, sources)
+        if np.array_equal(sources, state.sources):
+            # Each row keeps its sentence (a beam reordered within its sentence): the source side is unchanged.
+            past = self.gather_rows("past", state.past, rows)
+            return DeviceState(state.src_mask, state.cross, past, len(rows), state.past_len, sources)
         src_mask, *kv = self.gather_rows("both", [state.src_mask, *state.cross, *state.past], rows)
         return DeviceState(src_mask, kv[: self.n_kv], kv[self.n_kv :], len(rows), state.past_len, sources)
 
