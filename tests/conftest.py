@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.model.data import find_data_dir
-from aiayn.model.folder import bundled_models
+from aiayn.core.folder import bundled_models
+from aiayn.data.multi30k import find_data_dir
 
 INVENTED = [
     "the red cat sleeps on the old chair.",
@@ -39,9 +39,10 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised tiny model folder with its tokenizer, weights and exported ONNX graphs."""
     import torch
 
+    from aiayn.core.config import ModelConfig
+    from aiayn.core.folder import ModelFolder
+    from aiayn.core.tokenizer import train_tokenizer
     from aiayn.export.onnx_export import export_onnx
-    from aiayn.model.config import ModelConfig, save_config
-    from aiayn.model.tokenizer import train_tokenizer
     from aiayn.model.transformer import Transformer
     from aiayn.model.weights import load_model, save_weights
 
@@ -52,8 +53,6 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = train_tokenizer(INVENTED * 3, config.vocab_size, config.special_tokens)
     config = config.replace(vocab_size=tokenizer.vocab_size)
     torch.manual_seed(0)
-    save_config(folder, config)
-    tokenizer.save(folder / "tokenizer.json")
-    save_weights(Transformer(config), folder)
+    save_weights(Transformer(config), ModelFolder.create(folder, config, tokenizer))
     export_onnx(load_model(folder), folder, ("fp32", "int8"))
     return folder

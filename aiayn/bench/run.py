@@ -20,12 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from aiayn.model.metrics import score
-from aiayn.model.tokenizer import SubwordTokenizer
-from aiayn.search.step import FullDistributionStep
+from aiayn.core.folder import ModelFolder
+from aiayn.core.tokenizer import SubwordTokenizer
+from aiayn.evaluation.metrics import score
 
 THREADS = 2
 Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
@@ -45,48 +46,29 @@ class Row:
     bleu: float
 
 
-class NoCacheEngine(FullDistributionStep[tuple[object, np.ndarray]]):
-    """The tutorials' decoding: the encoder once, then the decoder over the whole prefix at every step."""
-
-    def __init__(self, model: object) -> None:
-        from aiayn.model.engine import TorchEngine
-
-        self.inner = TorchEngine(model)
-        self.bos_id, self.eos_id, self.pad_id = self.inner.bos_id, self.inner.eos_id, self.inner.pad_id
-
-    def start(self, src_ids: np.ndarray) -> tuple[object, np.ndarray]:
-        return self.inner.start(src_ids), np.zeros((src_ids.shape[0], 0), dtype=np.int64)
-
-    def step(self, state: tuple[object, np.ndarray], tgt_ids: np.ndarray) -> tuple[np.ndarray, tuple]:
-        first, prefix = state
-        prefix = np.concatenate([prefix, tgt_ids], axis=1)
-        log_probs, _ = self.inner.step(first, prefix)  # from the empty cache each time: no reuse
-        return log_probs, (first, prefix)
-
-    def select(self, state: tuple[object, np.ndarray], rows: np.ndarray) -> tuple[object, np.ndarray]:
-        return self.inner.select(state[0], rows), state[1][rows]
-
-
-def step_translate(engine: object, tokenizer: SubwordTokenizer, max_len: int) -> Translate:
-    from aiayn.search.translator import SearchSettings, Translator
+def step_translate(engine: Any, folder: ModelFolder) -> Translate:
+    from aiayn.search.translator import SearchSettings
 
     def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
-        translator = Translator(engine, tokenizer, max_len, max_sentences=batch, max_tokens=10**9)
+        translator = folder.translator(engine, max_sentences=batch, max_tokens=10**9)
         return translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam))
 
     return run
 
 
-def ctranslate2_translate(folder: Path, tokenizer: SubwordTokenizer, compute_type: str) -> Translate:
+def ctranslate2_translate(folder: ModelFolder, compute_type: str) -> Translate:
     import ctranslate2
 
+    from aiayn.export.ctranslate2 import ctranslate2_sources
+
     translator = ctranslate2.Translator(
-        str(folder / "ctranslate2"), device="cpu", compute_type=compute_type, intra_threads=THREADS, inter_threads=1
+        str(folder.ctranslate2_dir), device="cpu", compute_type=compute_type, intra_threads=THREADS, inter_threads=1
     )
+    tokenizer = folder.tokenizer
     vocab = tokenizer.tokenizer.get_vocab()
 
     def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
-        sources = [[tokenizer.id_to_token(i) for i in tokenizer.encode(s)] + ["</s>"] for s in sentences]
+        sources = ctranslate2_sources(tokenizer, sentences)
         results = translator.translate_batch(
             sources, beam_size=beam, max_batch_size=batch, length_penalty=0.6, max_decoding_length=256
         )
@@ -153,43 +135,43 @@ ENGINES = (
 )
 
 
-def prepare(folder: Path, workdir: Path) -> None:
+def prepare(folder: ModelFolder, workdir: Path) -> None:
     """One copy of the model folder with every export the engines need: ONNX fp32 and int8, CTranslate2."""
     from aiayn.export.ctranslate2 import export_ctranslate2
     from aiayn.export.onnx_export import export_onnx
     from aiayn.model.weights import load_model
 
-    shutil.copytree(folder, workdir, dirs_exist_ok=True)
-    model = load_model(workdir)
-    export_onnx(model, workdir, ("fp32", "int8"))
-    export_ctranslate2(model, SubwordTokenizer.load(workdir / "tokenizer.json"), workdir)
+    shutil.copytree(folder.path, workdir, dirs_exist_ok=True)
+    copy = ModelFolder.open(workdir)
+    model = load_model(copy)
+    export_onnx(model, copy, ("fp32", "int8"))
+    export_ctranslate2(model, copy.tokenizer, copy.path)
 
 
-def make_engine(name: str, workdir: Path, tokenizer: SubwordTokenizer) -> Translate:
+def make_engine(name: str, folder: ModelFolder) -> Translate:
     """The engine ``name``; torch is imported only by the torch engines."""
     if name.startswith("ctranslate2"):
-        return ctranslate2_translate(workdir, tokenizer, "float32" if name.endswith("fp32") else "int8")
+        return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8")
     if name.startswith("onnx"):
-        from aiayn.model.config import load_config
-        from aiayn.serve.engine import OnnxEngine
+        from aiayn.engines.onnx.engine import OnnxEngine
 
-        engine = OnnxEngine.load(workdir, "cpu", name.split()[-1], threads=THREADS)
-        return step_translate(engine, tokenizer, load_config(workdir).max_len)
+        return step_translate(OnnxEngine.load(folder, "cpu", name.split()[-1], threads=THREADS), folder)
     import torch
 
-    from aiayn.model.engine import TorchEngine
+    from aiayn.engines.no_cache import NoCacheEngine
+    from aiayn.engines.pytorch import TorchEngine
     from aiayn.model.weights import load_model
 
     torch.set_num_threads(THREADS)
-    model = load_model(workdir)
-    engine = NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model)
-    return step_translate(engine, tokenizer, model.config.max_len)
+    model = load_model(folder)
+    return step_translate(NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model), folder)
 
 
 def measure_engine(name: str, workdir: Path, src: list[str], refs: list[str], quick: bool) -> list[Row]:
     count, tutorial_count, repetitions = (60, 20, 1) if quick else (300, 60, 3)
-    tokenizer = SubwordTokenizer.load(workdir / "tokenizer.json")
-    translate = make_engine(name, workdir, tokenizer)
+    folder = ModelFolder.open(workdir)
+    tokenizer = folder.tokenizer
+    translate = make_engine(name, folder)
     n = tutorial_count if name.startswith("tutorial") else count
     return [
         measure(name, translate, src[:n], refs, tokenizer, beam, batch, repetitions)
@@ -198,7 +180,7 @@ def measure_engine(name: str, workdir: Path, src: list[str], refs: list[str], qu
     ]
 
 
-def run_bench(folder: Path, src: list[str], refs: list[str], quick: bool) -> list[Row]:
+def run_bench(folder: ModelFolder, src: list[str], refs: list[str], quick: bool) -> list[Row]:
     """Each engine in a process of its own: runtimes that share a process (torch's and CTranslate2's
     OpenMP thread pools) slow each other down, CTranslate2 by more than ten times here."""
     rows: list[Row] = []

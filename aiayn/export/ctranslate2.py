@@ -19,15 +19,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from aiayn.core.folder import CTRANSLATE2_DIR
+from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.model.attention import MultiHeadAttention
-from aiayn.model.config import load_config
 from aiayn.model.layers import FeedForward, sinusoidal_positions
-from aiayn.model.tokenizer import SubwordTokenizer
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import STORAGE_DTYPE
 from aiayn.search.greedy import EXTRA_LEN
-
-CTRANSLATE2_DIR = "ctranslate2"
 
 
 def array(tensor: torch.Tensor) -> np.ndarray:
@@ -114,6 +112,11 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer, folder: 
     return target
 
 
+def ctranslate2_sources(tokenizer: SubwordTokenizer, texts: list[str]) -> list[list[str]]:
+    """CTranslate2 takes tokens, not ids: the subwords of each text and ``</s>``."""
+    return [[tokenizer.id_to_token(i) for i in tokenizer.encode_source(text)] for text in texts]
+
+
 def ctranslate2_greedy(
     folder: Path, tokenizer: SubwordTokenizer, texts: list[str], extra_len: int = EXTRA_LEN
 ) -> list[list[int]]:
@@ -128,8 +131,7 @@ def ctranslate2_greedy(
         str(Path(folder) / CTRANSLATE2_DIR), device="cpu", compute_type="float32", inter_threads=1
     )
     vocab = tokenizer.tokenizer.get_vocab()
-    eos = tokenizer.id_to_token(load_config(folder).special_tokens.eos)
-    sources = [[tokenizer.id_to_token(i) for i in tokenizer.encode(text)] + [eos] for text in texts]
+    sources = ctranslate2_sources(tokenizer, texts)
     outputs: list[list[int]] = [[] for _ in texts]
     for length in sorted({len(source) for source in sources}):
         group = [i for i, source in enumerate(sources) if len(source) == length]

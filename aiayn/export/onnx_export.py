@@ -11,7 +11,6 @@ decoder: 2 s against 22 s here), whose graphs compute the same.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -25,11 +24,22 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import Tensor, nn
 
 import aiayn
-from aiayn.export.contract import OPSET, VARIANTS, GraphSpec, contract, decoder_spec, encoder_spec, variant_file
+from aiayn.core.config import ModelConfig
+from aiayn.core.contract import (
+    EXPORTER_KEY,
+    OPSET,
+    VARIANT_KEY,
+    VARIANTS,
+    GraphSpec,
+    contract,
+    decoder_spec,
+    encoder_spec,
+    stamp,
+    variant_file,
+)
+from aiayn.core.folder import ONNX_SECTION, ModelFolder
 from aiayn.export.quantize import quantize_int8
 from aiayn.model.cache import KVCache
-from aiayn.model.config import ModelConfig, load_config, write_config_section
-from aiayn.model.folder import WEIGHTS_FILE
 from aiayn.model.transformer import Transformer
 
 # Initializers smaller than this stay fp32: the Cast nodes would cost more than they save.
@@ -39,25 +49,20 @@ MIN_COMPACT_ELEMENTS = 1024
 FP32_OPS_IN_FP16 = ("LogSoftmax",)
 
 
-def weights_digest(folder: Path) -> str:
-    """sha256 of model.safetensors: ties exported graphs to the exact weights they came from."""
-    return hashlib.sha256((Path(folder) / WEIGHTS_FILE).read_bytes()).hexdigest()
-
-
-def require_folder_weights(model: Transformer, folder: Path) -> None:
+def require_folder_weights(model: Transformer, folder: ModelFolder) -> None:
     """The graphs are stamped with the hashes of the folder's files, so ``model`` must be exactly those."""
     from safetensors.torch import load_file
 
-    if load_config(folder).fingerprint() != model.config.fingerprint():
-        raise ValueError(f"the model to export is not the one described by {folder}/config.json")
-    saved = load_file(str(Path(folder) / WEIGHTS_FILE))
+    if folder.config.fingerprint() != model.config.fingerprint():
+        raise ValueError(f"the model to export is not the one described by {folder.config_file}")
+    saved = load_file(str(folder.weights_file))
     current = model.state_dict()
     differ = sorted(set(saved) ^ set(current)) + sorted(
         k for k in current if k in saved and not torch.equal(saved[k].to(current[k]), current[k])
     )
     if differ:
         raise ValueError(
-            f"the model to export differs from {folder}/{WEIGHTS_FILE} in {len(differ)} tensors ({differ[0]}, ...); "
+            f"the model to export differs from {folder.weights_file} in {len(differ)} tensors ({differ[0]}, ...); "
             "save its weights into the folder first"
         )
 
@@ -249,7 +254,9 @@ def finish_graph(path: Path, spec: GraphSpec, metadata: dict[str, str]) -> None:
     onnx.save(model, str(path))
 
 
-def export_onnx(model: Transformer, folder: Path, variants: Sequence[str] = ("fp32",)) -> dict[str, str]:
+def export_onnx(
+    model: Transformer, folder: ModelFolder | str | Path, variants: Sequence[str] = ("fp32",)
+) -> dict[str, str]:
     """Write the graphs of ``model`` into ``folder`` and record the contract in config.json.
 
     The fp32 graphs are always written (the other variants derive from them and
@@ -261,17 +268,16 @@ def export_onnx(model: Transformer, folder: Path, variants: Sequence[str] = ("fp
     if unknown:
         raise ValueError(f"unknown ONNX variants {unknown}; choose from {', '.join(VARIANTS)}")
     wanted = [v for v in VARIANTS if v == "fp32" or v in variants]
-    folder = Path(folder)
+    folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
     config = model.config
     model = model.eval().to("cpu")
     require_folder_weights(model, folder)
     metadata = {
-        "aiayn.config_fingerprint": config.fingerprint(),
-        "aiayn.weights_sha256": weights_digest(folder),
-        "aiayn.exporter": f"aiayn {aiayn.__version__}, torch {torch.__version__}",
+        **stamp(config, folder.weights_sha256),
+        EXPORTER_KEY: f"aiayn {aiayn.__version__}, torch {torch.__version__}",
     }
     encoder_args, decoder_args = example_inputs(config)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp, torch.no_grad():
+    with tempfile.TemporaryDirectory(dir=folder.path, prefix=".export-") as tmp, torch.no_grad():
         drafts = Path(tmp)
         for module, args, spec in (
             (EncoderGraph(model), encoder_args, encoder_spec(config)),
@@ -284,10 +290,9 @@ def export_onnx(model: Transformer, folder: Path, variants: Sequence[str] = ("fp
             if "int8" in wanted:
                 quantize_int8(plain, drafts / variant_file(spec.file, "int8"))
             for variant in wanted:
-                finish_graph(drafts / variant_file(spec.file, variant), spec, {**metadata, "aiayn.variant": variant})
+                finish_graph(drafts / variant_file(spec.file, variant), spec, {**metadata, VARIANT_KEY: variant})
         for variant in wanted:
             for spec in (encoder_spec(config), decoder_spec(config)):
-                name = variant_file(spec.file, variant)
-                (drafts / name).replace(folder / name)
-    write_config_section(folder, "onnx", {**contract(config), **metadata, "variants": wanted})
+                (drafts / variant_file(spec.file, variant)).replace(folder.onnx_file(spec.file, variant))
+    folder.write_section(ONNX_SECTION, {**contract(config), **metadata, "variants": wanted})
     return metadata

@@ -2,7 +2,9 @@
 
 Self-attention keys/values grow by the new target positions at each step;
 cross-attention keys/values are projected from the encoder memory once per
-sentence, since the memory does not change while decoding.
+sentence, since the memory does not change while decoding. Engines keep these
+tensors in the one decoder state (``aiayn.engines.state``), whose ``select``
+reorders the rows for the search.
 """
 
 from __future__ import annotations
@@ -22,11 +24,3 @@ class KVCache:
     @property
     def past_len(self) -> int:
         return self.self_keys[0].size(2)
-
-    def select(self, rows: Tensor) -> KVCache:
-        """Keep, repeat or reorder batch rows (beam search): row i of the result is ``rows[i]``."""
-
-        def pick(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            return tuple(t.index_select(0, rows) for t in tensors)
-
-        return KVCache(pick(self.self_keys), pick(self.self_values), pick(self.cross_keys), pick(self.cross_values))

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.core.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
-from aiayn.model.config import ModelConfig
 
 
 class TokenEmbedding(nn.Module):

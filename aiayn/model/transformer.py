@@ -7,8 +7,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from aiayn.core.config import ModelConfig
 from aiayn.model.cache import KVCache
-from aiayn.model.config import ModelConfig
 from aiayn.model.layers import DecoderLayer, EncoderLayer, TokenEmbedding, sinusoidal_positions
 from aiayn.model.masks import causal_mask, padding_mask
 

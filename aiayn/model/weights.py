@@ -7,8 +7,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from aiayn.model.config import ModelConfig, load_config
-from aiayn.model.folder import TOKENIZER_FILE, WEIGHTS_FILE, require_files
+from aiayn.core.folder import ModelFolder
 from aiayn.model.transformer import Transformer
 
 # Weights are stored in half precision: the bundled folders stay small enough to commit without
@@ -16,12 +15,13 @@ from aiayn.model.transformer import Transformer
 STORAGE_DTYPE = torch.float16
 
 
-def save_weights(model: Transformer, folder: Path) -> None:
+def save_weights(model: Transformer, folder: ModelFolder) -> None:
     """Write ``model.safetensors`` atomically (temp file + rename)."""
     state = {name: tensor.detach().to("cpu", STORAGE_DTYPE).contiguous() for name, tensor in model.state_dict().items()}
-    tmp = Path(folder) / (WEIGHTS_FILE + ".tmp")
+    tmp = folder.weights_file.with_name(folder.weights_file.name + ".tmp")
     save_file(state, str(tmp), metadata={"format": "pt", "config_fingerprint": model.config.fingerprint()})
-    tmp.replace(Path(folder) / WEIGHTS_FILE)
+    tmp.replace(folder.weights_file)
+    folder.__dict__.pop("weights_sha256", None)  # the cached hash is of the old file
 
 
 def load_state_strict(model: Transformer, state: dict[str, torch.Tensor], source: str) -> None:
@@ -42,11 +42,17 @@ def load_state_strict(model: Transformer, state: dict[str, torch.Tensor], source
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
 
 
-def load_model(folder: Path, device: str | torch.device = "cpu") -> Transformer:
-    """Build the model of a folder from its ``config.json`` and load ``model.safetensors`` into it (eval mode)."""
-    folder = Path(folder)
-    require_files(folder, [WEIGHTS_FILE, TOKENIZER_FILE], "train it with `aiayn train` or point --model elsewhere")
-    config: ModelConfig = load_config(folder)
-    model = Transformer(config)
-    load_state_strict(model, load_file(str(folder / WEIGHTS_FILE)), str(folder / WEIGHTS_FILE))
+def load_folder_weights(model: Transformer, folder: ModelFolder) -> None:
+    """Copy the folder's ``model.safetensors`` into ``model`` (strictly)."""
+    load_state_strict(model, load_file(str(folder.weights_file)), str(folder.weights_file))
+
+
+def load_model(folder: ModelFolder | str | Path, device: str | torch.device = "cpu") -> Transformer:
+    """Build the model of a folder from its config and load ``model.safetensors`` into it (eval mode)."""
+    folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
+    folder.require(
+        [folder.weights_file, folder.tokenizer_file], "train it with `aiayn train` or point --model elsewhere"
+    )
+    model = Transformer(folder.config)
+    load_folder_weights(model, folder)
     return model.to(device).eval()

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from aiayn.model.config import SEARCH_SECTION, read_config_file
 from aiayn.search.beam import beam_search
 from aiayn.search.greedy import greedy_search
 from aiayn.search.step import StepModel
 
 
 class TextCodec(Protocol):
-    def encode(self, text: str) -> list[int]: ...
+    def encode_source(self, text: str) -> list[int]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
@@ -28,13 +26,6 @@ class SearchSettings:
     beam_size: int = 4
     length_penalty: float = 0.6
     max_extra_len: int = 50
-
-    @classmethod
-    def for_folder(cls, folder: Path, **changes: Any) -> SearchSettings:
-        """A model folder's decoding defaults (config.json's ``search`` section, if tuned), then ``changes``."""
-        saved = read_config_file(folder).get(SEARCH_SECTION, {})
-        defaults = cls(length_penalty=saved["length_penalty"]) if "length_penalty" in saved else cls()
-        return replace(defaults, **changes)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -72,7 +63,7 @@ class Translator:
 
     def __init__(
         self,
-        engine: StepModel,
+        engine: StepModel[Any],
         tokenizer: TextCodec,
         max_src_len: int,
         max_sentences: int = 64,
@@ -86,7 +77,7 @@ class Translator:
 
     def source_ids(self, text: str) -> list[int]:
         """Subwords of ``text`` followed by </s>, as in training; refuses a sentence over the model's limit."""
-        ids = self.tokenizer.encode(text) + [self.engine.eos_id]
+        ids = self.tokenizer.encode_source(text)
         if len(ids) > self.max_src_len:
             raise ValueError(
                 f"a sentence of {len(ids)} tokens is longer than this model's limit of {self.max_src_len}; "
@@ -98,7 +89,7 @@ class Translator:
         self,
         src_ids: Sequence[Sequence[int]],
         settings: SearchSettings,
-        on_batch: Callable[[int], None] | None = None,
+        on_batch: Callable[[int], object] | None = None,
     ) -> list[list[int]]:
         """Output ids (no <s>, </s>) for each source id list; ``on_batch(n)`` reports progress."""
         outputs: list[list[int]] = [[] for _ in src_ids]
@@ -119,7 +110,7 @@ class Translator:
         self,
         texts: Sequence[str],
         settings: SearchSettings = SearchSettings(),
-        on_batch: Callable[[int], None] | None = None,
+        on_batch: Callable[[int], object] | None = None,
     ) -> list[str]:
         """Translate sentences; an empty or blank one gives an empty translation."""
         wanted = [i for i, text in enumerate(texts) if text.strip()]

@@ -9,9 +9,9 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from aiayn.model.folder import bundled_models
+from aiayn.core.folder import bundled_models
+from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS
 from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, TranslationService
-from aiayn.serve.text import MAX_CHARS, MAX_FILE_CHARS
 
 CONCURRENCY_LIMIT = 4  # requests searched at once; the others wait in the queue
 MAX_QUEUE = 64  # requests waiting beyond that are refused with "queue is full"
@@ -36,7 +36,7 @@ FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the
 
 def examples_for(model: LoadedModel) -> tuple[list[str], str]:
     """Source sentences of the Multi30k validation split, or the built-in ones without the corpus; and a label."""
-    from aiayn.model.data import load_parallel
+    from aiayn.data.multi30k import load_parallel
 
     src, tgt = model.config.src_lang, model.config.tgt_lang
     try:
@@ -163,11 +163,11 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             [output, status, attention],
             api_name="translate",
             concurrency_limit=CONCURRENCY_LIMIT,
-        ).success(heatmap_html, [attention, head], heatmap, api_name=False)
-        head.change(heatmap_html, [attention, head], heatmap, api_name=False)
-        swap_button.click(swap, [direction, source, output], [direction, source, output], api_name=False)
-        direction.change(change_direction, direction, [examples, head, attention], api_name=False)
-        examples.click(lambda sample: sample[0], examples, source, api_name=False)
+        ).success(heatmap_html, [attention, head], heatmap, api_visibility="private")
+        head.change(heatmap_html, [attention, head], heatmap, api_visibility="private")
+        swap_button.click(swap, [direction, source, output], [direction, source, output], api_visibility="private")
+        direction.change(change_direction, direction, [examples, head, attention], api_visibility="private")
+        examples.click(lambda sample: sample[0], examples, source, api_visibility="private")
         upload.upload(
             translate_file, [upload, direction, beam], download, api_name="translate_file", concurrency_limit=1
         )

@@ -9,16 +9,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from aiayn.model.config import load_config
-from aiayn.model.folder import TOKENIZER_FILE, resolve_model
-from aiayn.model.tokenizer import SubwordTokenizer
-from aiayn.search.translator import SearchSettings, Translator
-from aiayn.serve.text import (
+from aiayn.core.folder import ModelFolder
+from aiayn.core.text import (
     MAX_FILE_CHARS,
     MAX_SENTENCE_TOKENS,
     Layout,
@@ -27,6 +23,7 @@ from aiayn.serve.text import (
     reassemble,
     split_long,
 )
+from aiayn.engines.load import load_engine
 
 MAX_BEAM = 8
 
@@ -75,13 +72,13 @@ class Result:
 class LoadedModel:
     """One model folder ready to translate: engine, tokenizer and the translator over them."""
 
-    def __init__(self, folder: Path, engine: Any) -> None:
+    def __init__(self, folder: ModelFolder, engine: Any) -> None:
         self.folder = folder
-        self.config = load_config(folder)
-        self.tokenizer = SubwordTokenizer.load(folder / TOKENIZER_FILE)
+        self.config = folder.config
+        self.tokenizer = folder.tokenizer
         self.engine = engine
-        self.translator = Translator(engine, self.tokenizer, self.config.max_len)
-        self.search = SearchSettings.for_folder(folder)
+        self.translator = folder.translator(engine)
+        self.search = folder.search_settings()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
@@ -142,22 +139,6 @@ class LoadedModel:
         return Attention(tokens(src_ids[:-1]) + ["</s>"], tokens(out_ids) + ["</s>"], weights)
 
 
-def load_engine(folder: Path, engine: str, device: str, variant: str = "fp32", threads: int | None = None) -> Any:
-    """The step engine of a model folder: ONNX Runtime (fp32 or int8 graphs) or PyTorch (imported only here)."""
-    if engine == "torch":
-        try:
-            from aiayn.model.engine import TorchEngine
-            from aiayn.model.weights import load_model
-        except ImportError as err:
-            raise ValueError(
-                f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
-            ) from None
-        return TorchEngine(load_model(folder))
-    from aiayn.serve.engine import OnnxEngine
-
-    return OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
-
-
 class TranslationService:
     """Loads models by name on first use and serves them to many threads."""
 
@@ -169,7 +150,7 @@ class TranslationService:
     def model(self, name: str) -> LoadedModel:
         with self.lock:
             if name not in self.models:
-                folder = resolve_model(name)
+                folder = ModelFolder.open(name)
                 self.models[name] = LoadedModel(
                     folder, load_engine(folder, self.engine, self.device, threads=self.threads)
                 )

@@ -1,0 +1,44 @@
+"""The `aiayn` command: each subcommand parses its flags and prints what a library function returns.
+
+Heavy imports (torch, onnxruntime, gradio) happen inside each command, so
+`aiayn translate` never loads torch and `aiayn --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from aiayn.cli.args import UserError
+from aiayn.cli.bench import add_bench
+from aiayn.cli.evaluate import add_eval
+from aiayn.cli.export import add_export
+from aiayn.cli.serve import add_serve, add_translate
+from aiayn.cli.train import add_train
+
+__all__ = ["UserError", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aiayn", description="The Attention Is All You Need Transformer.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train(sub)
+    add_eval(sub)
+    add_export(sub)
+    add_translate(sub)
+    add_serve(sub)
+    add_bench(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (UserError, FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"aiayn {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0

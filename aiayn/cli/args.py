@@ -1,0 +1,70 @@
+"""Argument types and flags that several commands share: each defined once."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from aiayn.core.config import ModelConfig
+from aiayn.core.folder import DEFAULT_MODEL
+from aiayn.engines import DEVICES
+
+DATA_HELP = "Multi30k folder (default: AIAYN_DATA, ../shared, or download)"
+MODEL_HELP = "bundled model name (en-de, de-en) or model folder"
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def float_list(text: str) -> list[float]:
+    """``0.6,1.0,1.4``: comma-separated numbers."""
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, e.g. 0.6,1.0,1.4; got {text}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number, e.g. 0.6,1.0,1.4")
+    return values
+
+
+def config_override(text: str) -> tuple[str, Any]:
+    """``--set dropout=0.3``: a ModelConfig field and a JSON value."""
+    name, sep, value = text.partition("=")
+    fields = set(ModelConfig.__dataclass_fields__) - {"special_tokens", "src_lang", "tgt_lang"}
+    if not sep or name not in fields:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number or true/false") from None
+
+
+def add_model_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL, help=MODEL_HELP)
+
+
+def add_data_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None, help=DATA_HELP)
+
+
+def add_engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device", choices=DEVICES, default="auto", help="ONNX execution provider (default auto: CUDA if it works)"
+    )
+    p.add_argument(
+        "--threads", type=positive_int, default=None, help="ONNX Runtime threads per graph (default: cores, ≤ 4)"
+    )
+
+
+class UserError(Exception):
+    """A problem with the user's input or files: printed as one clear line, exit code 2."""

@@ -1,0 +1,93 @@
+"""`aiayn eval`: flags → ``aiayn.evaluation``, and the scores printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_int
+from aiayn.core.contract import VARIANTS
+from aiayn.data.multi30k import SPLITS
+from aiayn.engines import DEVICES
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from aiayn.core.folder import ModelFolder
+    from aiayn.engines.load import load_engine
+    from aiayn.evaluation.evaluate import evaluate, load_split_for, tune_length_penalty
+
+    folder = ModelFolder.open(args.model)
+    corpus = load_split_for(folder, args.split, args.data)
+    if args.limit:
+        corpus = corpus.head(args.limit)
+    engine = load_engine(folder, args.engine, args.device, args.variant)
+    print(
+        f"engine {args.engine} ({args.variant}), execution provider: {getattr(engine, 'provider', 'PyTorch')}",
+        file=sys.stderr,
+    )
+    translator = folder.translator(engine)
+    if args.tune_length_penalty:
+        bleu = tune_length_penalty(folder, translator, corpus, args.beam, args.tune_length_penalty)
+        for alpha, value in bleu.items():
+            print(f"length penalty {alpha:4.2f}: BLEU {value:6.2f} ({corpus.split}, beam {args.beam})")
+        best = max(bleu, key=lambda alpha: bleu[alpha])
+        print(f"kept {best} in {folder.config_file} (search.length_penalty)")
+        return
+    changes = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
+    settings = folder.search_settings(beam_size=args.beam, **changes)
+    result = evaluate(translator, corpus, settings)
+    summary = {
+        "model": str(folder.path),
+        "split": result.split,
+        "sentences": result.sentences,
+        "engine": args.engine,
+        "variant": args.variant,
+        "beam": args.beam,
+        "length_penalty": settings.length_penalty,
+        "seconds": round(result.seconds, 2),
+        **result.scores.to_dict(),
+    }
+    if args.output:
+        Path(args.output).write_text("\n".join(result.translations) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    s = result.scores
+    print(
+        f"{folder.name} {result.split} ({result.sentences} sentences, {args.engine}, beam {args.beam}, "
+        f"length penalty {settings.length_penalty})"
+    )
+    print(f"BLEU            {s.bleu:6.2f}  {s.bleu_signature}")
+    print(f"BLEU lowercased {s.bleu_lowercase:6.2f}")
+    print(f"chrF            {s.chrf:6.2f}  {s.chrf_signature}")
+
+
+def add_eval(sub: Any) -> None:
+    p = sub.add_parser("eval", help="translate a Multi30k split and print BLEU and chrF")
+    add_model_flag(p)
+    p.add_argument("--split", default="test_2016_flickr", choices=SPLITS)
+    p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="α of §6.1 (default: the folder's tuned value in config.json, else 0.6)",
+    )
+    p.add_argument(
+        "--tune-length-penalty",
+        type=float_list,
+        default=None,
+        metavar="A,B,...",
+        help="with --split val: score each α and keep the best in the folder's config.json",
+    )
+    p.add_argument("--engine", choices=("torch", "onnx"), default="torch")
+    p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
+    p.add_argument("--output", default=None, help="also write the translations to this file")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_data_flag(p)
+    p.set_defaults(func=cmd_eval)

@@ -1,0 +1,101 @@
+"""`aiayn train`: flags → ``aiayn.train.train``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiayn.cli.args import UserError, add_data_flag, config_override, positive_int
+from aiayn.data.multi30k import LANGUAGES
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from aiayn.core.folder import resolve_model
+    from aiayn.data.multi30k import load_parallel
+    from aiayn.train.loop import train
+    from aiayn.train.options import TrainOptions
+
+    if args.src == args.tgt:
+        raise UserError("--src and --tgt must differ")
+    options = TrainOptions(
+        out=args.out,
+        preset=args.preset,
+        overrides=dict(args.set),
+        epochs=args.epochs,
+        max_tokens=args.max_tokens,
+        label_smoothing=args.label_smoothing,
+        clip_norm=args.clip_norm,
+        seed=args.seed,
+        device=args.device,
+        average_last=args.average_last,
+        resume=args.resume,
+        max_steps=args.max_steps,
+        time_limit_minutes=args.time_limit,
+        init_from=resolve_model(args.init_from) if args.init_from else None,
+        lr_scale=args.lr_scale,
+        warmup_steps=args.warmup,
+    )
+    train_data = load_parallel("train", args.src, args.tgt, args.data)
+    val_data = load_parallel("val", args.src, args.tgt, args.data)
+    if args.limit:
+        train_data = train_data.head(args.limit)
+        val_data = val_data.head(max(args.limit // 10, 1))
+    folder = train(options, train_data, val_data)
+    print(f"model folder: {folder}", file=sys.stderr)
+
+
+def add_train(sub: Any) -> None:
+    p = sub.add_parser("train", help="train a model on a Multi30k language pair into a model folder")
+    p.add_argument("--src", required=True, choices=LANGUAGES)
+    p.add_argument("--tgt", required=True, choices=LANGUAGES)
+    p.add_argument("--out", required=True, type=Path, help="model folder to write")
+    p.add_argument("--preset", default="tiny", help="architecture preset: tiny or base (default tiny)")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=config_override,
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change one config field of the preset, e.g. --set dropout=0.3 (repeatable)",
+    )
+    p.add_argument("--epochs", type=positive_int, default=60)
+    p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
+    p.add_argument(
+        "--lr-scale",
+        type=float,
+        default=None,
+        help="factor on the eq. 3 learning rate (default: as the run it goes on "
+        "from, with --resume or --init-from; else 1)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=positive_int,
+        default=None,
+        help="warm-up steps of eq. 3 (default: as the run it goes on from, with --resume or --init-from; else 4000)",
+    )
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm")
+    p.add_argument("--average-last", type=int, default=0, help="average the last N epoch checkpoints at the end")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="start no new epoch after this much training time (then average, if asked)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="MODEL",
+        help="continue training a model folder or bundled model (its tokenizer, config and weights) into --out; "
+        "with --resume, the run in --out already holds them",
+    )
+    p.add_argument("--limit", type=positive_int, default=None, help="use only the first N training sentences")
+    add_data_flag(p)
+    p.set_defaults(func=cmd_train)

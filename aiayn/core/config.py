@@ -1,0 +1,95 @@
+"""The one description of a model: architecture, special tokens and languages.
+
+Saved in every model folder's ``config.json`` (``aiayn.core.folder``) and read back by every step
+(training, export, serving). Torch-free, so the serve path can import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the four special tokens in the shared vocabulary."""
+
+    pad: int = 0
+    unk: int = 1
+    bos: int = 2
+    eos: int = 3
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of the encoder-decoder; defaults are the paper's base model (Table 3)."""
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1  # P_drop of §5.4: sub-layer outputs and embedding sums
+    attention_dropout: float = 0.0  # on the attention weights (not in the paper)
+    activation_dropout: float = 0.0  # inside the feed-forward, after the ReLU (not in the paper)
+    norm_first: bool = False  # False: the paper's post-LN; True: pre-LN with final norms
+    layer_norm_eps: float = 1e-6
+    max_len: int = 1024  # longest sequence the tools accept; positions themselves have no limit
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    special_tokens: SpecialTokens = field(default_factory=SpecialTokens)
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.d_model % 2:
+            raise ValueError(f"d_model {self.d_model} must be even for the sinusoidal positions")
+        ids = dataclasses.astuple(self.special_tokens)
+        if len(set(ids)) != len(ids) or max(ids) >= self.vocab_size or min(ids) < 0:
+            raise ValueError(f"special token ids {ids} must be distinct and below vocab_size")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; this aiayn knows {sorted(known)}")
+        data = dict(data)
+        if "special_tokens" in data:
+            data["special_tokens"] = SpecialTokens(**data["special_tokens"])
+        return cls(**data)
+
+    def fingerprint(self) -> str:
+        """A short hash of the architecture and token ids, to tie exported files to this config."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # The paper's base model, Table 3.
+    "base": ModelConfig(),
+    # The small model that suits Multi30k (Wu et al., 2021): 4+4 layers, d_model 128.
+    "tiny": ModelConfig(
+        vocab_size=10000,
+        d_model=128,
+        n_heads=4,
+        d_ff=256,
+        n_encoder_layers=4,
+        n_decoder_layers=4,
+        dropout=0.3,
+    ),
+}

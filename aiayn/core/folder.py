@@ -1,0 +1,183 @@
+"""The model folder: the one unit that moves between train, export, translate and serve.
+
+``ModelFolder`` is the only reader of a folder's files: it reads ``config.json``
+once and knows the tokenizer, the decoding defaults, every file's path, the
+weights' hash and the ONNX section; every step asks it (as Hugging Face's
+``from_pretrained`` reads a folder once). Torch-free, so the serve path opens
+folders too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from aiayn.core.config import ModelConfig
+from aiayn.core.contract import variant_file
+from aiayn.core.tokenizer import TOKENIZER_FILE, SubwordTokenizer
+from aiayn.search.step import StepModel
+from aiayn.search.translator import SearchSettings, Translator
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TRAINING_RECORD_FILE = "training.json"
+TRAINING_PLOT_FILE = "training.png"
+CHECKPOINT_DIR = "checkpoints"
+CTRANSLATE2_DIR = "ctranslate2"
+DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
+
+# config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
+# from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
+MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
+TRAIN_FIX = "re-create the folder with `aiayn train`"
+
+# The bundled, trained folders live beside the package in a checkout (pip install -e .).
+PRETRAINED_DIR = Path(os.environ.get("AIAYN_PRETRAINED", Path(__file__).resolve().parents[2] / "pretrained"))
+
+
+def bundled_models() -> dict[str, Path]:
+    """Short name (``en-de``) → folder of every bundled model, the default first."""
+    if not PRETRAINED_DIR.is_dir():
+        return {}
+    folders = sorted(PRETRAINED_DIR.iterdir(), key=lambda p: (p.name != DEFAULT_MODEL, p.name))
+    return {p.name: p for p in folders if (p / CONFIG_FILE).is_file()}
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """A bundled model's short name or a folder path → the folder, checked to exist."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    bundled = bundled_models()
+    if str(name_or_path) in bundled:
+        return bundled[str(name_or_path)]
+    names = ", ".join(bundled) or "none found in " + str(PRETRAINED_DIR)
+    raise FileNotFoundError(
+        f"model {str(name_or_path)!r} is neither a folder nor a bundled model (bundled: {names}); "
+        "pass a folder written by `aiayn train`"
+    )
+
+
+def read_sections(path: Path) -> dict[str, Any]:
+    """The whole ``config.json`` at ``path``, refused with a line that names the file when it is no model's."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: a model folder needs config.json (train one with `aiayn train`)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); {TRAIN_FIX}") from err
+    if not isinstance(data, dict) or MODEL_SECTION not in data:
+        raise ValueError(f"{path} has no 'model' section; {TRAIN_FIX}")
+    return data
+
+
+class ModelFolder:
+    """A model folder, opened once: its config, tokenizer, decoding defaults, files and hashes."""
+
+    def __init__(self, path: Path, sections: dict[str, Any] | None = None) -> None:
+        """The folder at ``path``; its config.json is read on first use, unless ``sections`` are its content."""
+        self.path = Path(path)
+        self.config_file = self.path / CONFIG_FILE
+        self.tokenizer_file = self.path / TOKENIZER_FILE
+        self.weights_file = self.path / WEIGHTS_FILE
+        self.record_file = self.path / TRAINING_RECORD_FILE
+        self.plot_file = self.path / TRAINING_PLOT_FILE
+        self.checkpoint_dir = self.path / CHECKPOINT_DIR
+        self.ctranslate2_dir = self.path / CTRANSLATE2_DIR
+        if sections is not None:
+            self.__dict__["sections"] = sections
+
+    @classmethod
+    def open(cls, name_or_path: str | Path) -> ModelFolder:
+        """A bundled model's short name or a folder path, with its ``config.json`` read and checked."""
+        folder = cls(resolve_model(name_or_path))
+        folder.config  # noqa: B018  (read now, so a broken folder is refused before any work)
+        return folder
+
+    @classmethod
+    def create(cls, path: Path, config: ModelConfig, tokenizer: SubwordTokenizer) -> ModelFolder:
+        """A new folder (or one being overwritten by a new run) with its config.json and tokenizer.json."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        folder = cls(path, {MODEL_SECTION: config.to_dict()})
+        tokenizer.save(folder.tokenizer_file)
+        folder.write_section(MODEL_SECTION, config.to_dict())
+        folder.__dict__["tokenizer"] = tokenizer  # the cached_property, already known
+        return folder
+
+    def __repr__(self) -> str:
+        return f"ModelFolder({str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def onnx_file(self, graph_file: str, variant: str = "fp32") -> Path:
+        """The file of one graph (the contract's ``encoder.onnx``/``decoder.onnx``) in one variant."""
+        return self.path / variant_file(graph_file, variant)
+
+    def require(self, files: list[Path], fix: str) -> None:
+        """Refuse a folder that lacks any of ``files``, listing all that are missing."""
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise FileNotFoundError(f"model folder {self.path} lacks {', '.join(missing)}; {fix}")
+
+    # What the files hold.
+    @cached_property
+    def sections(self) -> dict[str, Any]:
+        """The whole config.json: ``model`` plus the sections other steps add."""
+        return read_sections(self.config_file)
+
+    @cached_property
+    def config(self) -> ModelConfig:
+        try:
+            return ModelConfig.from_dict(self.sections[MODEL_SECTION])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{self.config_file} does not describe a model: {err}") from err
+
+    @cached_property
+    def tokenizer(self) -> SubwordTokenizer:
+        return SubwordTokenizer.load(self.tokenizer_file)
+
+    @cached_property
+    def weights_sha256(self) -> str:
+        """sha256 of model.safetensors: ties exported graphs to the exact weights they came from."""
+        return hashlib.sha256(self.weights_file.read_bytes()).hexdigest()
+
+    def section(self, name: str) -> dict[str, Any]:
+        """One section of config.json (``onnx``, ``search``); empty when the folder has none."""
+        value = self.sections.get(name, {})
+        return value if isinstance(value, dict) else {}
+
+    def write_section(self, name: str, value: dict[str, Any]) -> None:
+        """Set one section of ``config.json``, keeping the others; written atomically."""
+        self.sections[name] = value
+        tmp = self.config_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.sections, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(self.config_file)
+
+    def training_record(self) -> dict[str, Any]:
+        """``training.json``: commands, settings, per-epoch history; empty when the folder has none."""
+        if not self.record_file.is_file():
+            return {}
+        try:
+            record = json.loads(self.record_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{self.record_file} is not valid JSON ({err}); {TRAIN_FIX}") from err
+        return record if isinstance(record, dict) else {}
+
+    # Decoding.
+    def search_settings(self, **changes: Any) -> SearchSettings:
+        """The folder's decoding defaults (config.json's ``search`` section, if tuned), then ``changes``."""
+        saved = self.section(SEARCH_SECTION)
+        tuned = {"length_penalty": saved["length_penalty"]} if "length_penalty" in saved else {}
+        return replace(SearchSettings(**tuned), **changes)
+
+    def translator(self, engine: StepModel[Any], **batching: int) -> Translator:
+        """Text in, text out over ``engine`` with this folder's tokenizer and length limit."""
+        return Translator(engine, self.tokenizer, self.config.max_len, **batching)

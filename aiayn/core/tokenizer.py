@@ -1,0 +1,160 @@
+"""Subword tokenizer (HF `tokenizers` BPE): one vocabulary shared by source and target (§3.4).
+
+Torch-free: the serving path loads it next to ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from aiayn.core.config import SpecialTokens
+
+TOKENIZER_FILE = "tokenizer.json"  # the name HF `tokenizers` users expect; a model folder holds it
+SPECIAL_TOKEN_TEXT = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
+METASPACE = "▁"
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, trimmed, runs of whitespace as one space: the form the tokenizer round-trips exactly."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+class SubwordTokenizer:
+    """Text ↔ ids without <s>/</s>; ``decode(encode(x)) == normalize_text(x)`` for known characters."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(normalize_text(text), add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch([normalize_text(t) for t in texts], add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+    @property
+    def eos_id(self) -> int:
+        token_id = self.tokenizer.token_to_id(SPECIAL_TOKEN_TEXT["eos"])
+        if token_id is None:
+            raise ValueError("this tokenizer has no </s> token; re-create the model folder with `aiayn train`")
+        return int(token_id)
+
+    def encode_source(self, text: str) -> list[int]:
+        """What the encoder reads, as in training: the subwords of ``text`` followed by ``</s>``."""
+        return [*self.encode(text), self.eos_id]
+
+    def encode_source_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        eos = self.eos_id
+        return [[*ids, eos] for ids in self.encode_batch(texts)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; special tokens are dropped, so a model's raw output can be passed as is."""
+        return self.tokenizer.decode(self._checked(ids), skip_special_tokens=True)
+
+    def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
+        return self.tokenizer.decode_batch([self._checked(ids) for ids in batch], skip_special_tokens=True)
+
+    def id_to_token(self, token_id: int) -> str:
+        """The vocabulary entry of one id, e.g. ``▁dog`` (the metaspace marks a word start)."""
+        return str(self.tokenizer.id_to_token(self._checked([token_id])[0]))
+
+    def tokens(self, ids: Sequence[int]) -> list[str]:
+        """Readable subwords for display (the attention heatmap's labels): word starts shown as ``_dog``."""
+        return [self.id_to_token(i).replace(METASPACE, "_") for i in ids]
+
+    def save(self, path: str | Path) -> None:
+        """Write ``tokenizer.json`` (``path`` is the file, or a folder to hold it), atomically."""
+        path = resolve_file(path)
+        tmp = path.with_name(path.name + ".tmp")
+        self.tokenizer.save(str(tmp))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SubwordTokenizer:
+        """Read a file written by :meth:`save` (``path`` is the file, or the folder holding it)."""
+        path = resolve_file(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} is missing; a model folder needs the tokenizer that `aiayn train` writes there"
+            )
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as err:  # tokenizers raises a bare Exception on a corrupt file
+            raise ValueError(
+                f"{path} is not a valid tokenizer file ({err}); copy it again from the model's source "
+                "or re-create the model folder with `aiayn train`"
+            ) from err
+
+    def _checked(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` as a list; HF silently skips unknown ids, which would hide a model/tokenizer mismatch."""
+        ids = [int(i) for i in ids]
+        size = self.vocab_size
+        bad = [i for i in ids if not 0 <= i < size]
+        if bad:
+            raise ValueError(
+                f"token ids {bad[:5]} are outside this tokenizer's vocabulary of {size}; "
+                "the model and tokenizer.json come from different model folders"
+            )
+        return ids
+
+
+def resolve_file(path: str | Path) -> Path:
+    """A folder stands for the ``tokenizer.json`` inside it."""
+    path = Path(path)
+    return path / TOKENIZER_FILE if path.is_dir() else path
+
+
+def train_tokenizer(
+    sentences: Iterable[str],
+    vocab_size: int,
+    special_tokens: SpecialTokens,
+) -> SubwordTokenizer:
+    """BPE on the given (training) sentences, with the special tokens at the ids the config records.
+
+    Deterministic: the same sentences and size give the same merges, so a resumed run can rebuild it.
+    """
+    by_id = sorted(
+        (token_id, SPECIAL_TOKEN_TEXT[name]) for name, token_id in dataclasses.asdict(special_tokens).items()
+    )
+    if [token_id for token_id, _ in by_id] != list(range(len(by_id))):
+        raise ValueError(
+            f"special token ids must be 0..{len(by_id) - 1} in some order (the trainer puts them first), "
+            f"got {special_tokens}"
+        )
+    if vocab_size <= len(by_id):
+        raise ValueError(f"vocab_size {vocab_size} leaves no room beside the {len(by_id)} special tokens")
+    texts = [normalize_text(s) for s in sentences]
+    if not any(texts):
+        raise ValueError("no text to train the tokenizer on; pass the training split's source and target")
+    tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKEN_TEXT["unk"]))
+    tokenizer.normalizer = normalizers.NFKC()
+    # Metaspace keeps the spaces in the tokens, so decoding gives the text back exactly; punctuation and
+    # digits stand alone so that words are not learned once per following mark.
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(),
+            pre_tokenizers.Punctuation(),
+            pre_tokenizers.Digits(individual_digits=True),
+        ]
+    )
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[text for _, text in by_id], show_progress=False
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    for token_id, text in by_id:
+        if tokenizer.token_to_id(text) != token_id:
+            raise ValueError(
+                f"the trained tokenizer put {text} at id {tokenizer.token_to_id(text)}, not {token_id}; "
+                "check the installed `tokenizers` version"
+            )
+    return SubwordTokenizer(tokenizer)

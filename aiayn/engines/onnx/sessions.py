@@ -1,0 +1,157 @@
+"""ONNX Runtime sessions for a model folder's graphs: options, devices, and the checks before a run.
+
+Devices: ``cpu``; ``cuda`` (an error if no GPU runs the session); ``auto``
+(CUDA only where a session really runs on it, else CPU, with ONNX Runtime's
+own load errors captured, not shown). Every graph is checked against the
+contract (names, dtypes, fixed sizes) and against the folder it sits in (the
+hashes of the config and weights it was exported from).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import onnxruntime as ort
+
+from aiayn.core.config import ModelConfig
+from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
+from aiayn.core.folder import WEIGHTS_FILE
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+REEXPORT = "re-export the folder with `aiayn export {folder}`"
+ORT_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "bool": "tensor(bool)"}
+ORT_WARNING, ORT_ERROR = 2, 3  # logger severities: 2 is ONNX Runtime's default
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class DeviceUnavailable(ValueError):
+    """``--device cuda`` where ONNX Runtime cannot run on a GPU."""
+
+
+def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = log_severity
+    # Idle threads sleep instead of spinning: with several requests at once on few cores, spinning threads
+    # take the cores from the working ones (about half the throughput with 4 concurrent requests on 2 cores).
+    # One stream of work gains nothing measurable from per-session spinning either (aiayn bench, 2 cores); a
+    # process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session (README, Speed).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+@contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Collect what native code writes to file descriptor 2 (ONNX Runtime's logger) instead of showing it."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += ANSI_COLOUR.sub("", sink.read().decode(errors="replace")).splitlines()
+
+
+def open_session(
+    model: Path | bytes,
+    providers: list[str],
+    threads: int,
+    log_severity: int = ORT_WARNING,
+    path: Path | None = None,
+) -> ort.InferenceSession:
+    """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix.
+
+    ``model`` is a file or a serialized graph; ``path`` names the file a serialized graph came from.
+    """
+    source = model if isinstance(model, bytes) else str(model)
+    path = model if isinstance(model, Path) else path
+    try:
+        return ort.InferenceSession(source, session_options(threads, log_severity), providers=providers)
+    except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if path is None:
+            raise ValueError(f"ONNX Runtime cannot load a graph built by aiayn: {reason}") from None
+        raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
+
+
+def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
+    """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw)."""
+    if CUDA not in ort.get_available_providers():
+        return None, f"this onnxruntime build has no {CUDA} (install onnxruntime-gpu)"
+    ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
+    try:
+        with captured_stderr() as log:
+            session = open_session(model, [CUDA, CPU], threads, ORT_ERROR, path)
+    except ValueError as err:
+        return None, str(err)
+    finally:
+        ort.set_default_logger_severity(ORT_WARNING)
+    if session.get_providers()[0] == CUDA:
+        return session, ""
+    errors = [line.rsplit("error:", 1)[-1].strip() for line in log if "[E:" in line]
+    return None, errors[-1] if errors else "ONNX Runtime fell back to the CPU"
+
+
+def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
+    """A session of ``model`` (read from ``path``) on ``device``: cpu, cuda (or a DeviceUnavailable error),
+    or auto (CUDA if it really runs)."""
+    if device != "cpu":
+        session, reason = try_cuda(path, threads, model)
+        if session is not None:
+            return session
+        if device == "cuda":
+            raise DeviceUnavailable(
+                f"--device cuda: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
+                "use --device cpu, or auto to take the GPU only where it works"
+            )
+    return open_session(model, [CPU], threads, path=path)
+
+
+def check_graph(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> None:
+    """Names, dtypes, ranks and fixed sizes of every input and output must be the contract's; all gaps listed."""
+    problems = []
+    for role, actual, wanted in (
+        ("input", session.get_inputs(), spec.inputs),
+        ("output", session.get_outputs(), spec.outputs),
+    ):
+        if [a.name for a in actual] != [w.name for w in wanted]:
+            problems.append(f"{role}s are {[a.name for a in actual]}, the contract says {[w.name for w in wanted]}")
+            continue
+        for a, w in zip(actual, wanted, strict=True):
+            if a.type != ORT_TYPES[w.dtype]:
+                problems.append(f"{role} {a.name} is {a.type}, the contract says {ORT_TYPES[w.dtype]}")
+            fixed_ok = all(isinstance(want, str) or got == want for got, want in zip(a.shape, w.shape, strict=False))
+            if len(a.shape) != len(w.shape) or not fixed_ok:
+                problems.append(f"{role} {a.name} has shape {a.shape}, the contract says {list(w.shape)}")
+    if problems:
+        raise ValueError(
+            f"{path} does not follow this aiayn's ONNX contract: {'; '.join(problems)}; "
+            + REEXPORT.format(folder=path.parent)
+        )
+
+
+def check_stamp(session: ort.InferenceSession, config: ModelConfig, weights_sha256: str, path: Path) -> None:
+    """The graph must come from this folder's config.json and model.safetensors (hashes in its metadata)."""
+    meta = session.get_modelmeta().custom_metadata_map
+    if meta.get(CONFIG_FINGERPRINT_KEY) != config.fingerprint():
+        raise ValueError(f"{path} was exported from another config.json; {REEXPORT.format(folder=path.parent)}")
+    if meta.get(WEIGHTS_SHA256_KEY) != weights_sha256:
+        raise ValueError(
+            f"{path} was exported from other weights than {WEIGHTS_FILE} (hash mismatch); "
+            + REEXPORT.format(folder=path.parent)
+        )

@@ -1,0 +1,34 @@
+"""The search's selection head: a TopK node that the serve engine appends to the decoder graph it runs.
+
+Greedy and beam search only ever look at each row's best few next tokens
+(``StepModel.step_top``). Selecting them inside the graph means ONNX Runtime
+hands back (rows, k) values per step instead of the (rows, vocab) log-softmax
+(5 MB a step for beam 4 at batch 32), and NumPy has no vocabulary-wide work left.
+
+decoder.onnx itself stays as the contract says, with plain ONNX operators for
+other runtimes; the head is added to its bytes in memory at load time.
+Protobuf merges a message field that occurs twice, concatenating its repeated
+fields, so appending a second ``graph`` field that holds only the new node,
+input and outputs extends the exported graph without parsing it.
+"""
+
+from __future__ import annotations
+
+from aiayn.core.contract import LOG_PROBS, TOP_K_INPUT, TOP_K_OUTPUTS
+from aiayn.engines.onnx.wire import bytes_field, node, value_info
+
+
+def with_top_k_head(decoder: bytes) -> bytes:
+    """The serialized decoder plus ``TopK(log_probs, top_k)`` along the vocabulary (ONNX's default axis -1).
+
+    ONNX's TopK returns the largest first and, among equal values, the lower index first:
+    the tie rule of ``aiayn.search.step.top_columns``. ONNX Runtime's CPU kernel keeps it (tested); its CUDA
+    kernel is not checked here (no GPU), so on CUDA a tie between exactly equal log-probabilities, rare in
+    fp32, may be broken the other way.
+    """
+    top_log_probs, top_ids = TOP_K_OUTPUTS
+    head = bytes_field(1, node("TopK", [LOG_PROBS, TOP_K_INPUT.name], [top_log_probs.name, top_ids.name], "top_k"))
+    head += bytes_field(11, value_info(TOP_K_INPUT.name, TOP_K_INPUT.dtype, TOP_K_INPUT.shape))
+    for spec in TOP_K_OUTPUTS:
+        head += bytes_field(12, value_info(spec.name, spec.dtype, spec.shape))
+    return decoder + bytes_field(7, head)  # ModelProto.graph, merged into the first

@@ -1,0 +1,62 @@
+"""How a run starts: new, resumed from its own checkpoint, or continued from another model folder.
+
+``decide`` is a pure function of the options and what is on disk; the
+trainer then builds the model, tokenizer and progress for that case.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from aiayn.core.config import PRESETS, ModelConfig
+from aiayn.core.folder import CHECKPOINT_DIR, ModelFolder
+
+LAST_CHECKPOINT = "last.pt"
+# Config fields that --init-from may change: they alter training, not the weights' shapes or meaning.
+REGULARIZATION_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
+
+
+class Start(Enum):
+    NEW = "new"  # a fresh tokenizer and model
+    RESUME = "resume"  # the run in --out goes on from checkpoints/last.pt
+    CONTINUE = "continue"  # a new run from a finished folder's tokenizer, config and weights (--init-from)
+
+
+def decide(resume: bool, out: Path, init_from: Path | None) -> Start:
+    """The case, or a clear refusal: an --out holding a run needs --resume; a run cannot continue itself."""
+    if resume:
+        return Start.RESUME
+    if (Path(out) / CHECKPOINT_DIR / LAST_CHECKPOINT).exists():
+        raise FileExistsError(
+            f"{out} already holds a training run; pass --resume to continue it or choose another --out"
+        )
+    if init_from is None:
+        return Start.NEW
+    if Path(out).resolve() == Path(init_from).resolve():
+        raise ValueError(f"--out {out} is the --init-from folder itself; write the continued run elsewhere")
+    return Start.CONTINUE
+
+
+def preset_config(preset: str, overrides: dict[str, object]) -> ModelConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[preset].replace(**overrides)
+
+
+def continued_config(parent: ModelFolder, overrides: dict[str, object], src_lang: str, tgt_lang: str) -> ModelConfig:
+    """The parent folder's architecture; only regularization may change (``--set dropout=...``)."""
+    config = parent.config
+    if (config.src_lang, config.tgt_lang) != (src_lang, tgt_lang):
+        raise ValueError(
+            f"--init-from {parent.path} translates {config.src_lang}->{config.tgt_lang}, but --src/--tgt ask for "
+            f"{src_lang}->{tgt_lang}"
+        )
+    changed = {name for name, value in overrides.items() if getattr(config, name) != value}
+    architecture = changed - REGULARIZATION_FIELDS
+    if architecture:
+        raise ValueError(
+            f"--init-from keeps the parent's architecture; --set {', '.join(sorted(architecture))} cannot change "
+            f"(only {', '.join(sorted(REGULARIZATION_FIELDS))} can)"
+        )
+    return config.replace(**overrides)

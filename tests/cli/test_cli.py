@@ -1,0 +1,118 @@
+"""`aiayn translate`: one line in, one line out, batched; exit code 2 and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiayn.cli import main
+from aiayn.core.text import MAX_SENTENCE_TOKENS, split_long
+from aiayn.search.translator import SearchSettings
+from aiayn.serve.service import TranslationService
+
+LINES = ["Two dogs play in the snow.", "", "A girl jumps into the pool. A man is cooking.", "A dog runs on the sand."]
+EXPECTED = [
+    "Zwei Hunde spielen im Schnee.",
+    "",
+    "Ein Mädchen springt ins Schwimmbecken. Ein Mann kocht.",
+    "Ein Hund rennt im Sand.",
+]
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_standard_input_line_for_line(bundled: dict[str, Path]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "translate", "--device", "cpu"],
+        input="\n".join(LINES) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.splitlines() == EXPECTED
+    assert "execution provider: CPUExecutionProvider" in result.stderr
+
+
+def test_a_file_with_a_progress_bar_and_the_torch_engine_agrees(
+    bundled: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    code, out, err = run_cli(["translate", "--input", str(source), "--device", "cpu"], capsys)
+    assert code == 0 and out.splitlines() == EXPECTED
+    assert "4/4" in err  # tqdm on stderr: 4 sentences searched
+    code, torch_out, err = run_cli(["translate", "--input", str(source), "--engine", "torch"], capsys)
+    assert code == 0 and torch_out == out and "engine torch" in err
+
+
+def test_text_argument_and_beam_one(bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["translate", "--model", "de-en", "--beam", "1", "Zwei Hunde spielen im Schnee."], capsys)
+    assert code == 0 and out == "Two dogs play in the snow.\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["translate", "--input", "/no/such/file.txt"], "--input /no/such/file.txt: no such file"),
+        (["translate", "--model", "xx-yy", "a"], "model 'xx-yy' is neither a folder nor a bundled model"),
+        (["translate", "--input", "README.md", "a dog"], "give either TEXT or --input FILE, not both"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("aiayn translate: error: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags", [["--beam", "9"], ["--device", "gpu"], ["--threads", "0"], ["--engine", "tf"]])
+def test_bad_flags_are_refused_by_the_parser(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", *flags, "a dog"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("usage: aiayn translate")
+    assert "invalid" in err or "must be a positive integer" in err
+
+
+def test_non_utf8_input_is_refused(
+    bundled: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Ein Hund läuft.\n".encode("latin-1"))
+    code, _, err = run_cli(["translate", "--model", "de-en", "--input", str(latin1)], capsys)
+    assert code == 2 and "is not UTF-8 text (byte 10); convert it to UTF-8 first" in err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe bad")))
+    code, _, err = run_cli(["translate"], capsys)
+    assert code == 2 and "standard input is not UTF-8 text" in err
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["translate", "--device", "cuda", "A dog."], capsys)
+    if code == 0:
+        pytest.skip("a GPU runs ONNX Runtime here")
+    assert code == 2 and "--device cuda: ONNX Runtime cannot run encoder.onnx on a GPU here" in err
+    assert "Traceback" not in err and "[E:onnxruntime" not in err
+
+
+def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str, Path]) -> None:
+    model = TranslationService(device="cpu").model("en-de")
+    plain = model.translate("A dog runs on the beach.", 4).text
+    with_emoji = model.translate("A dog 🐕 runs on the beach. Привет!", 4)
+    assert with_emoji.text == f"{plain} Привет!"  # the emoji left out and said so; the Russian kept as is
+    assert with_emoji.left_out == ["🐕"] and with_emoji.kept == 1
+    long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens, one sentence
+    pieces = split_long(long_sentence, model.count_tokens)
+    assert len(pieces) >= 3 and " ".join(pieces) == long_sentence
+    assert all(len(ids) <= MAX_SENTENCE_TOKENS for ids in model.prepare(long_sentence).src_ids)
+    every_piece = " ".join(model.translator.translate(pieces, SearchSettings(beam_size=1)))
+    assert model.translate(long_sentence, 1).text == every_piece  # nothing truncated, nothing dropped
+    assert model.translate("", 4).text == "" and model.translate(" \n ", 4).text == ""

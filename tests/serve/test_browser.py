@@ -1,0 +1,126 @@
+"""A real browser: Playwright drives Debian's Chromium through the page, good input and bad, end to end."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from aiayn.serve.app import build_app, examples_for, launch
+from aiayn.serve.service import TranslationService
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TIMEOUT_MS = 30_000
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed: apt-get install -y chromium (Debian's package)"
+)
+
+
+@pytest.fixture(scope="module")
+def service(bundled: dict[str, Path]) -> TranslationService:
+    return TranslationService(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def page_url(service: TranslationService) -> Iterator[str]:
+    app = build_app(service)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch(app, port=port, block=False)
+    yield f"http://127.0.0.1:{port}/"
+    app.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, page_url: str) -> Iterator[Page]:
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.set_default_timeout(TIMEOUT_MS)
+    # Not "networkidle": the page keeps a heartbeat connection open for its session state.
+    page.goto(page_url, wait_until="load")
+    page.locator("#translate-button").wait_for()
+    yield page
+    page.close()
+
+
+def translate_on_page(page: Page, text: str) -> None:
+    page.locator("#source-text textarea").fill(text)
+    page.locator("#translate-button").click()
+
+
+def test_type_translate_read_and_see_the_heatmap(page: Page) -> None:
+    translate_on_page(page, "Two dogs play in the snow.")
+    expect(page.locator("#translation textarea")).to_have_value("Zwei Hunde spielen im Schnee.")
+    expect(page.locator("#status")).to_contain_text("1 sentence(s) in")
+    expect(page.locator("#status")).to_contain_text("on CPUExecutionProvider")
+    heatmap = page.locator("#attention-heatmap table")
+    expect(heatmap).to_be_visible()
+    expect(heatmap.locator("tr").first).to_contain_text("_dogs")
+    expect(heatmap).to_contain_text("_Hunde")
+    assert heatmap.locator("tr").count() == 1 + 7  # header + Zwei Hunde spielen im Schnee . </s>
+    page.get_by_label("0", exact=True).check()  # one head instead of the average
+    expect(heatmap).to_be_visible()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
+
+
+def test_swap_and_examples(page: Page, service: TranslationService) -> None:
+    translate_on_page(page, "Two dogs play in the snow.")
+    expect(page.locator("#translation textarea")).to_have_value("Zwei Hunde spielen im Schnee.")
+    page.locator("#swap-button").click()
+    expect(page.locator("#source-text textarea")).to_have_value("Zwei Hunde spielen im Schnee.")
+    page.locator("#translate-button").click()
+    expect(page.locator("#translation textarea")).to_have_value("Two dogs play in the snow.")
+    german_example = examples_for(service.model("de-en"))[0][0]  # the examples follow the direction
+    page.locator("#examples").get_by_text(german_example[:30]).click()
+    expect(page.locator("#source-text textarea")).to_have_value(german_example)
+
+
+def test_bad_input_on_the_page_gets_a_message_and_the_page_keeps_working(
+    page: Page, service: TranslationService, tmp_path: Path
+) -> None:
+    translation, status = page.locator("#translation textarea"), page.locator("#status")
+    translate_on_page(page, "   \n ")
+    expect(status).to_contain_text("Nothing to translate")
+    expect(translation).to_have_value("")
+    translate_on_page(page, "x" * 10_000)
+    expect(page.locator(".toast-body")).to_contain_text("10000 characters; at most 5000")
+    page.locator(".toast-body button, .toast-close").first.click()
+    long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens
+    translate_on_page(page, long_sentence)
+    expect(translation).to_have_value(service.translate(long_sentence, "en-de").text)
+    translate_on_page(page, "A dog 🐕 runs on the beach. Привет!")
+    expect(translation).to_have_value(service.translate("A dog runs on the beach.", "en-de").text + " Привет!")
+    expect(status).to_contain_text("left out: 🐕")
+
+    page.get_by_text("Translate a UTF-8 .txt file").click()
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("A dog runs on the beach. Caf\xe9.".encode("latin-1"))
+    page.locator("#upload input[type=file]").set_input_files(str(latin1))
+    expect(page.locator(".toast-body").last).to_contain_text("not UTF-8 text")
+
+    translate_on_page(page, "A girl jumps into the pool.")
+    expect(translation).to_have_value(service.translate("A girl jumps into the pool.", "en-de").text)

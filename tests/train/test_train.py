@@ -1,0 +1,173 @@
+"""Training proves learning on a synthetic task, writes a loadable folder, and resumes exactly after a kill."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.core.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_PLOT_FILE, TRAINING_RECORD_FILE
+from aiayn.core.tokenizer import SubwordTokenizer
+from aiayn.data.multi30k import ParallelCorpus
+from aiayn.engines.pytorch import TorchEngine
+from aiayn.model.weights import load_model
+from aiayn.search.translator import SearchSettings, Translator
+from aiayn.train.checkpoint import average_state_dicts
+from aiayn.train.loop import train
+from aiayn.train.options import TrainOptions, learning_rate, with_schedule
+
+WORDS = "red blue green cat dog bird runs sleeps jumps big small old".split()
+# A model small enough to learn in seconds on 2 CPU cores.
+TINY = {
+    "vocab_size": 64,
+    "d_model": 64,
+    "n_heads": 4,
+    "d_ff": 128,
+    "n_encoder_layers": 2,
+    "n_decoder_layers": 2,
+    "dropout": 0.0,
+}
+
+
+def reverse_corpus(n: int, seed: int, split: str) -> ParallelCorpus:
+    """Sentences of distinct invented words and their word-reversed copies."""
+    rng = random.Random(seed)
+    src = [" ".join(rng.sample(WORDS, rng.randint(2, 5))) for _ in range(n)]
+    return ParallelCorpus(
+        src=src, tgt=[" ".join(reversed(s.split())) for s in src], src_lang="en", tgt_lang="de", split=split
+    )
+
+
+def options(out: Path, **changes: object) -> TrainOptions:
+    base = TrainOptions(
+        out=out,
+        overrides=dict(TINY),
+        epochs=20,
+        max_tokens=512,
+        lr_scale=0.3,
+        warmup_steps=100,
+        label_smoothing=0.0,
+        seed=3,
+        device="cpu",
+        checkpoint_every=7,
+    )
+    for name, value in changes.items():
+        setattr(base, name, value)
+    return base
+
+
+def test_learning_rate_follows_equation_3() -> None:
+    assert learning_rate(100, 512, 4000, 1.0) == pytest.approx(512**-0.5 * 100 * 4000**-1.5)
+    assert learning_rate(4000, 512, 4000, 1.0) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert learning_rate(16000, 512, 4000, 2.0) == pytest.approx(2 * 512**-0.5 * 16000**-0.5)
+
+
+def test_tiny_model_learns_to_reverse_and_writes_a_loadable_folder(tmp_path: Path) -> None:
+    folder = train(options(tmp_path / "m", epochs=30), reverse_corpus(3000, 0, "train"), reverse_corpus(60, 1, "val"))
+    for name in ("config.json", TOKENIZER_FILE, "model.safetensors", TRAINING_RECORD_FILE, TRAINING_PLOT_FILE):
+        assert (folder / name).is_file(), name
+    record = json.loads((folder / TRAINING_RECORD_FILE).read_text())
+    assert record["seed"] == 3 and record["steps"] > 0 and len(record["epochs"]) == 30
+    test = reverse_corpus(40, 2, "test")
+    translator = Translator(TorchEngine(load_model(folder)), SubwordTokenizer.load(folder / TOKENIZER_FILE), 256)
+    out = translator.translate(test.src, SearchSettings(beam_size=1))
+    assert out == test.tgt
+
+
+def test_killed_run_resumes_at_the_right_step_with_identical_weights(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    straight = train(options(tmp_path / "straight", epochs=3), train_data, val)
+    # "Kill" after 10 steps (mid-epoch), then resume to the end.
+    killed = tmp_path / "killed"
+    train(options(killed, epochs=3, max_steps=10), train_data, val)
+    assert torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=False)["step"] == 10
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(options(killed, epochs=3), train_data, val)
+    train(options(killed, epochs=3, resume=True), train_data, val)
+    a = torch.load(straight / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    b = torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    assert a["step"] == b["step"]
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    assert [e["train_loss"] for e in a["history"]] == pytest.approx([e["train_loss"] for e in b["history"]])
+
+
+def test_checkpoint_averaging_is_the_mean(tmp_path: Path) -> None:
+    paths = []
+    for i, value in enumerate((1.0, 2.0, 6.0)):
+        path = tmp_path / f"epoch{i}.pt"
+        torch.save({"model": {"w": torch.full((2,), value)}}, path)
+        paths.append(path)
+    assert torch.equal(average_state_dicts(paths)["w"], torch.full((2,), 3.0))
+
+
+def test_init_from_continues_a_model_folder_where_its_schedule_left_off(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    parent = train(options(tmp_path / "parent", epochs=2), train_data, val)
+    parent_steps = json.loads((parent / TRAINING_RECORD_FILE).read_text())["steps"]
+
+    # With a zero learning rate one step changes nothing: the child starts from the parent's weights.
+    frozen = train(
+        options(tmp_path / "frozen", init_from=parent, overrides={}, lr_scale=0.0, max_steps=1), train_data, val
+    )
+    start = torch.load(frozen / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
+    for name, tensor in load_model(parent).state_dict().items():
+        assert torch.equal(start[name], tensor), name
+
+    child = train(options(tmp_path / "child", init_from=parent, epochs=1, overrides={"dropout": 0.1}), train_data, val)
+    assert (child / TOKENIZER_FILE).read_text() == (parent / TOKENIZER_FILE).read_text()
+    state = torch.load(child / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    steps = state["step"]
+    want_lr = learning_rate(parent_steps + steps, TINY["d_model"], 100, 0.3)  # eq. 3 goes on, no new warm-up
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
+    record = json.loads((child / TRAINING_RECORD_FILE).read_text())
+    assert record["parent"]["schedule_steps"] == parent_steps and record["parent"]["commands"]
+    assert record["schedule_steps"] == parent_steps + steps
+    assert json.loads((child / "config.json").read_text())["model"]["dropout"] == 0.1
+
+    # A continued run continued again: eq. 3 stands after the parent's and the child's steps.
+    grandchild = train(options(tmp_path / "grandchild", init_from=child, overrides={}, max_steps=1), train_data, val)
+    lr = torch.load(grandchild / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(learning_rate(parent_steps + steps + 1, TINY["d_model"], 100, 0.3))
+
+
+def test_a_continued_run_keeps_its_parents_schedule_through_a_kill_and_resume(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    parent = train(options(tmp_path / "parent", epochs=1), train_data, val)  # lr scale 0.3, warm-up 100
+    parent_steps = json.loads((parent / TRAINING_RECORD_FILE).read_text())["steps"]
+    unset = {"init_from": parent, "overrides": {}, "lr_scale": None, "warmup_steps": None}
+    killed = train(options(tmp_path / "child", epochs=5, max_steps=3, **unset), train_data, val)
+    # The same command plus --resume: the run in --out goes on, on the parent's schedule.
+    resumed = train(options(killed, epochs=5, max_steps=5, resume=True, **unset), train_data, val)
+    state = torch.load(resumed / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    assert state["step"] == 5 and state["options"]["lr_scale"] == 0.3 and state["options"]["warmup_steps"] == 100
+    want_lr = learning_rate(parent_steps + 5, TINY["d_model"], 100, 0.3)
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
+
+
+def test_a_new_run_without_schedule_settings_takes_the_papers() -> None:
+    unset = TrainOptions(out=Path("unused"))
+    assert (with_schedule(unset, {}).lr_scale, with_schedule(unset, {}).warmup_steps) == (1.0, 4000)
+    assert with_schedule(unset, {"lr_scale": 2.5, "warmup_steps": 8000}).lr_scale == 2.5
+    given = TrainOptions(out=Path("unused"), lr_scale=0.0, warmup_steps=10)
+    assert with_schedule(given, {"lr_scale": 2.5, "warmup_steps": 8000}).lr_scale == 0.0  # given wins, even 0
+
+
+def test_init_from_refuses_another_pair_or_architecture(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    parent = train(options(tmp_path / "parent", epochs=1), train_data, val)
+    other_pair = ParallelCorpus(train_data.src, train_data.tgt, "en", "fr", "train")
+    with pytest.raises(ValueError, match="translates en->de"):
+        train(options(tmp_path / "a", init_from=parent, overrides={}), other_pair, val)
+    with pytest.raises(ValueError, match="d_model cannot change"):
+        train(options(tmp_path / "b", init_from=parent, overrides={"d_model": 32}), train_data, val)
+    shutil.rmtree(parent / CHECKPOINT_DIR)  # as in a bundled folder: nothing to --resume there
+    with pytest.raises(ValueError, match="the --init-from folder itself"):
+        train(options(parent, init_from=parent, overrides={}), train_data, val)
+    (parent / TRAINING_RECORD_FILE).unlink()
+    with pytest.raises(ValueError, match="has no training.json"):
+        train(options(tmp_path / "c", init_from=parent, overrides={}), train_data, val)
