@@ -1,35 +1,48 @@
 """`aiayn bench`: decoding speed of every engine on the same weights, sentences and threads, in one run.
 
-Engines: the tutorials' way (PyTorch eager, the whole prefix re-decoded at
-every step, no cache), our PyTorch engine with the KV cache, our ONNX Runtime
-engine (fp32, int8) and CTranslate2 (fp32, int8) on our `--to ctranslate2`
-export. Each at greedy and beam 4, batch 1 and 32; warm-up excluded; medians.
+Engines (``engines.py``): the tutorials' way (PyTorch eager, the whole prefix
+re-decoded at every step), our PyTorch engine with the KV cache, our ONNX
+Runtime engine (fp32, int8) and CTranslate2 (fp32, int8) on an export of the
+same weights. Each engine lives in a process of its own (``worker.py``); the
+engines take turns, round by round, at greedy and beam 4, batch 1 and 32, so
+that the shared machine's slow moments fall on all of them. Ratios against a
+peer are taken within each round; the report gives their median and range.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from aiayn.bench.engines import COMPARISONS, ENGINES, THREADS, prepare
+from aiayn.bench.serving import BEAM as SERVING_BEAM
+from aiayn.bench.serving import ServingRound, measure_serving
 from aiayn.core.folder import ModelFolder
-from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.evaluation.metrics import score
 
-THREADS = 2
-Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
+CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
+SERVING_SENTENCES = 16
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    sentences: int
+    tutorial_sentences: int  # the tutorials' way re-decodes every prefix: a smaller sample
+    serving_rounds: int
+
+
+FULL = Plan(rounds=5, sentences=300, tutorial_sentences=40, serving_rounds=3)
+QUICK = Plan(rounds=2, sentences=40, tutorial_sentences=10, serving_rounds=1)
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,7 @@ class Row:
     search: str
     batch: int
     sentences: int
-    sentences_per_s: float
+    sentences_per_s: float  # medians over the rounds
     tokens_per_s: float
     p50_ms: float | None
     p90_ms: float | None
@@ -46,156 +59,150 @@ class Row:
     bleu: float
 
 
-def step_translate(engine: Any, folder: ModelFolder) -> Translate:
-    from aiayn.search.translator import SearchSettings
+@dataclass(frozen=True)
+class Ratio:
+    ours: str
+    peer: str
+    search: str
+    batch: int
+    median: float  # throughput ours / peer, each round's own; median and range over the rounds
+    low: float
+    high: float
 
-    def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
-        translator = folder.translator(engine, max_sentences=batch, max_tokens=10**9)
-        return translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam))
 
-    return run
+@dataclass(frozen=True)
+class Serving:
+    requests: int
+    one_by_one_s: float  # medians over the rounds
+    together_s: float
+    ratio_median: float
+    ratio_low: float
+    ratio_high: float
+    errors: int
+    identical: bool
 
 
-def ctranslate2_translate(folder: ModelFolder, compute_type: str) -> Translate:
-    import ctranslate2
+def search_name(beam: int) -> str:
+    return "greedy" if beam == 1 else f"beam {beam}"
 
-    from aiayn.export.ctranslate2 import ctranslate2_sources
 
-    translator = ctranslate2.Translator(
-        str(folder.ctranslate2_dir), device="cpu", compute_type=compute_type, intra_threads=THREADS, inter_threads=1
-    )
-    tokenizer = folder.tokenizer
-    vocab = tokenizer.tokenizer.get_vocab()
+class Worker:
+    """An engine's process, asked for one measurement at a time over pipes."""
 
-    def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
-        sources = ctranslate2_sources(tokenizer, sentences)
-        results = translator.translate_batch(
-            sources, beam_size=beam, max_batch_size=batch, length_penalty=0.6, max_decoding_length=256
+    def __init__(self, folder: Path, engine: str) -> None:
+        self.engine = engine
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "aiayn.bench.worker", str(folder), engine],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        return [[vocab[t] for t in r.hypotheses[0]] for r in results]
+        self.read()  # {"ready": true} once the engine is loaded
 
-    return run
+    def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None and self.process.stderr is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench of {self.engine} failed:\n{self.process.stderr.read()[-2000:]}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def measure(self, sentences: list[str], beam: int, batch: int) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"sentences": sentences, "beam": beam, "batch": batch}) + "\n")
+        self.process.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM; unlike ru_maxrss it does not carry over across exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def measure(
-    name: str,
-    translate: Translate,
-    sentences: list[str],
-    refs: list[str],
-    tokenizer: SubwordTokenizer,
-    beam: int,
-    batch: int,
-    repetitions: int,
+def summarize(
+    engine: str, beam: int, batch: int, runs: list[dict[str, Any]], refs: list[str], folder: ModelFolder
 ) -> Row:
-    translate(sentences[: min(4, len(sentences))], beam, batch)  # warm-up
-    timings, per_sentence = [], []
-    for _ in range(repetitions):
-        if batch == 1:
-            started, outputs = time.perf_counter(), []
-            for sentence in sentences:
-                one = time.perf_counter()
-                outputs += translate([sentence], beam, 1)
-                per_sentence.append(time.perf_counter() - one)
-        else:
-            started = time.perf_counter()
-            outputs = translate(sentences, beam, batch)
-        timings.append(time.perf_counter() - started)
-    seconds = statistics.median(timings)
-    tokens = sum(len(o) + 1 for o in outputs)
-    latencies = np.array(per_sentence) * 1000 if per_sentence else None
+    seconds = statistics.median(run["seconds"] for run in runs)
+    first = runs[0]
+    latencies = np.array([ms for run in runs for ms in run["latencies_ms"]])
+    sentences = len(first["outputs"])
     return Row(
-        engine=name,
-        search="greedy" if beam == 1 else f"beam {beam}",
+        engine=engine,
+        search=search_name(beam),
         batch=batch,
-        sentences=len(sentences),
-        sentences_per_s=len(sentences) / seconds,
-        tokens_per_s=tokens / seconds,
-        p50_ms=float(np.percentile(latencies, 50)) if latencies is not None else None,
-        p90_ms=float(np.percentile(latencies, 90)) if latencies is not None else None,
-        peak_rss_mb=peak_rss_mb(),
-        bleu=score([tokenizer.decode(o) for o in outputs], refs[: len(outputs)]).bleu,
+        sentences=sentences,
+        sentences_per_s=sentences / seconds,
+        tokens_per_s=first["tokens"] / seconds,
+        p50_ms=float(np.percentile(latencies, 50)) if latencies.size else None,
+        p90_ms=float(np.percentile(latencies, 90)) if latencies.size else None,
+        peak_rss_mb=max(run["peak_rss_mb"] for run in runs),
+        bleu=score([folder.tokenizer.decode(o) for o in first["outputs"]], refs[:sentences]).bleu,
     )
 
 
-ENGINES = (
-    "tutorial (torch, no cache)",
-    "torch + KV cache",
-    "onnx fp32",
-    "onnx int8",
-    "ctranslate2 fp32",
-    "ctranslate2 int8",
-)
+def ratios(measured: dict[tuple[str, int, int], list[dict[str, Any]]]) -> list[Ratio]:
+    """Ours against each peer, per configuration: the throughput ratio of every round, as median and range."""
+    out = []
+    for ours, peer in COMPARISONS:
+        for beam, batch in CONFIGS:
+            a, b = measured.get((ours, beam, batch)), measured.get((peer, beam, batch))
+            if not a or not b:
+                continue
+            per_round = [
+                (x["tokens"] / x["seconds"]) / (y["tokens"] / y["seconds"]) for x, y in zip(a, b, strict=True)
+            ]
+            middle, low, high = statistics.median(per_round), min(per_round), max(per_round)
+            out.append(Ratio(ours, peer, search_name(beam), batch, middle, low, high))
+    return out
 
 
-def prepare(folder: ModelFolder, workdir: Path) -> None:
-    """One copy of the model folder with every export the engines need: ONNX fp32 and int8, CTranslate2."""
-    from aiayn.export.ctranslate2 import export_ctranslate2
-    from aiayn.export.onnx_export import export_onnx
-    from aiayn.model.weights import load_model
-
-    shutil.copytree(folder.path, workdir, dirs_exist_ok=True)
-    copy = ModelFolder.open(workdir)
-    model = load_model(copy)
-    export_onnx(model, copy, ("fp32", "int8"))
-    export_ctranslate2(model, copy.tokenizer, copy.path)
-
-
-def make_engine(name: str, folder: ModelFolder) -> Translate:
-    """The engine ``name``; torch is imported only by the torch engines."""
-    if name.startswith("ctranslate2"):
-        return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8")
-    if name.startswith("onnx"):
-        from aiayn.engines.onnx.engine import OnnxEngine
-
-        return step_translate(OnnxEngine.load(folder, "cpu", name.split()[-1], threads=THREADS), folder)
-    import torch
-
-    from aiayn.engines.no_cache import NoCacheEngine
-    from aiayn.engines.pytorch import TorchEngine
-    from aiayn.model.weights import load_model
-
-    torch.set_num_threads(THREADS)
-    model = load_model(folder)
-    return step_translate(NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model), folder)
+def serving_summary(rounds: list[ServingRound]) -> Serving:
+    ratio = [r.ratio for r in rounds]
+    return Serving(
+        requests=SERVING_SENTENCES,
+        one_by_one_s=statistics.median(r.one_by_one_s for r in rounds),
+        together_s=statistics.median(r.together_s for r in rounds),
+        ratio_median=statistics.median(ratio),
+        ratio_low=min(ratio),
+        ratio_high=max(ratio),
+        errors=sum(r.errors for r in rounds),
+        identical=all(r.identical for r in rounds),
+    )
 
 
-def measure_engine(name: str, workdir: Path, src: list[str], refs: list[str], quick: bool) -> list[Row]:
-    count, tutorial_count, repetitions = (60, 20, 1) if quick else (300, 60, 3)
-    folder = ModelFolder.open(workdir)
-    tokenizer = folder.tokenizer
-    translate = make_engine(name, folder)
-    n = tutorial_count if name.startswith("tutorial") else count
-    return [
-        measure(name, translate, src[:n], refs, tokenizer, beam, batch, repetitions)
-        for beam in (1, 4)
-        for batch in (1, 32)
-    ]
+@dataclass(frozen=True)
+class BenchResult:
+    rows: list[Row]
+    ratios: list[Ratio]
+    serving: Serving | None
+    rounds: int
 
 
-def run_bench(folder: ModelFolder, src: list[str], refs: list[str], quick: bool) -> list[Row]:
-    """Each engine in a process of its own: runtimes that share a process (torch's and CTranslate2's
-    OpenMP thread pools) slow each other down, CTranslate2 by more than ten times here."""
-    rows: list[Row] = []
+def run_bench(
+    folder: ModelFolder, src: list[str], refs: list[str], plan: Plan = FULL, engines: tuple[str, ...] = ENGINES
+) -> BenchResult:
+    """Every engine in its own process, taking turns round by round; the serving row after."""
+    measured: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp) / "model"
-        prepare(folder, workdir)
-        sentences = Path(tmp) / "sentences.json"
-        sentences.write_text(json.dumps({"src": src, "refs": refs}), encoding="utf-8")
-        for name in ENGINES:
-            command = [sys.executable, "-m", "aiayn.bench.run", str(workdir), name, str(sentences)]
-            result = subprocess.run([*command, *(["--quick"] if quick else [])], capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"bench of {name} failed:\n{result.stderr[-2000:]}")
-            rows += [Row(**row) for row in json.loads(result.stdout.splitlines()[-1])]
-    return rows
+        copy = prepare(folder, Path(tmp) / "model")
+        workers = [Worker(copy.path, name) for name in engines]
+        try:
+            for round_ in range(plan.rounds):
+                for beam, batch in CONFIGS:
+                    for i in range(len(workers)):
+                        worker = workers[(i + round_) % len(workers)]  # a different engine goes first each round
+                        n = plan.tutorial_sentences if worker.engine.startswith("tutorial") else plan.sentences
+                        run = worker.measure(src[:n], beam, batch)
+                        measured.setdefault((worker.engine, beam, batch), []).append(run)
+        finally:
+            for worker in workers:
+                worker.close()
+        serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds)
+    rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]
+    order = {name: i for i, name in enumerate(engines)}
+    rows.sort(key=lambda r: (order[r.engine], r.search, r.batch))
+    return BenchResult(rows, ratios(measured), serving_summary(serving), plan.rounds)
 
 
 def format_table(rows: list[Row]) -> str:
@@ -213,41 +220,42 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def ratios(rows: list[Row]) -> dict[str, float]:
-    """Our ONNX engine against CTranslate2 and against the tutorials' way, throughput ratios."""
-    speed = {(r.engine, r.search, r.batch): r.tokens_per_s for r in rows}
-    out = {}
-    for search in ("greedy", "beam 4"):
-        for batch in (1, 32):
-            for ours, peer in (
-                ("onnx fp32", "ctranslate2 fp32"),
-                ("onnx int8", "ctranslate2 int8"),
-                ("onnx fp32", "tutorial (torch, no cache)"),
-            ):
-                if (ours, search, batch) in speed and (peer, search, batch) in speed:
-                    out[f"{ours} / {peer}, {search}, batch {batch}"] = (
-                        speed[ours, search, batch] / speed[peer, search, batch]
-                    )
-    return out
-
-
-def report(rows: list[Row], json_path: Path | None) -> str:
-    table = format_table(rows)
-    ratio_lines = "\n".join(f"- {name}: {value:.2f}×" for name, value in ratios(rows).items())
+def report(result: BenchResult, json_path: Path | None) -> str:
     machine = f"{platform.processor() or platform.machine()}, {THREADS} intra-op threads per engine"
+    ratio_lines = "\n".join(
+        f"- {r.ours} / {r.peer}, {r.search}, batch {r.batch}: {r.median:.2f}× (range {r.low:.2f}–{r.high:.2f})"
+        for r in result.ratios
+    )
+    text = (
+        f"{format_table(result.rows)}\n\nThroughput ratios (target tokens/s, ours / peer; median and range over "
+        f"{result.rounds} interleaved rounds):\n{ratio_lines}"
+    )
+    if result.serving is not None:
+        s = result.serving
+        text += (
+            f"\n\nServing ({s.requests} one-sentence API requests, beam {SERVING_BEAM}): "
+            f"one by one {s.one_by_one_s:.2f} s, "
+            f"all at once {s.together_s:.2f} s: {s.ratio_median:.2f}× the throughput (range {s.ratio_low:.2f}–"
+            f"{s.ratio_high:.2f}), {s.errors} errors, answers {'identical' if s.identical else 'DIFFERENT'}"
+        )
     if json_path is not None:
         json_path.write_text(
-            json.dumps({"machine": machine, "rows": [asdict(r) for r in rows], "ratios": ratios(rows)}, indent=2)
+            json.dumps(
+                {
+                    "machine": machine,
+                    "rounds": result.rounds,
+                    "rows": [asdict(r) for r in result.rows],
+                    "ratios": {
+                        f"{r.ours} / {r.peer}, {r.search}, batch {r.batch}": {
+                            "ratio": r.median,
+                            "min": r.low,
+                            "max": r.high,
+                        }
+                        for r in result.ratios
+                    },
+                    "serving": asdict(result.serving) if result.serving else None,
+                },
+                indent=2,
+            )
         )
-    return f"{table}\n\nThroughput ratios (target tokens/s; medians):\n{ratio_lines}\n\nMachine: {machine}"
-
-
-def main() -> None:
-    """One engine's measurements, as a JSON line (``run_bench`` starts one process per engine)."""
-    workdir, name, sentences = Path(sys.argv[1]), sys.argv[2], json.loads(Path(sys.argv[3]).read_text())
-    rows = measure_engine(name, workdir, sentences["src"], sentences["refs"], "--quick" in sys.argv)
-    print(json.dumps([asdict(r) for r in rows]))
-
-
-if __name__ == "__main__":
-    main()
+    return f"{text}\n\nMachine: {machine}"

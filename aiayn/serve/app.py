@@ -13,7 +13,9 @@ from aiayn.core.folder import bundled_models
 from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS
 from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, TranslationService
 
-CONCURRENCY_LIMIT = 4  # requests searched at once; the others wait in the queue
+# Requests let in at once. They cost little while they wait: their searches run together in one worker thread
+# (``batching.py``), so more at once means larger batches, not more threads fighting for the cores.
+CONCURRENCY_LIMIT = 16
 MAX_QUEUE = 64  # requests waiting beyond that are refused with "queue is full"
 MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
 HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning

@@ -24,6 +24,7 @@ from aiayn.core.text import (
     split_long,
 )
 from aiayn.engines.load import load_engine
+from aiayn.serve.batching import SearchBatcher
 
 MAX_BEAM = 8
 
@@ -78,6 +79,7 @@ class LoadedModel:
         self.tokenizer = folder.tokenizer
         self.engine = engine
         self.translator = folder.translator(engine)
+        self.batcher = SearchBatcher(self.translator)
         self.search = folder.search_settings()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
@@ -113,7 +115,17 @@ class LoadedModel:
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
         settings = replace(self.search, beam_size=beam_size)
-        out_ids = self.translator.translate_ids(prepared.src_ids, settings, on_batch)
+        return self.assemble(prepared, self.translator.translate_ids(prepared.src_ids, settings, on_batch))
+
+    def translate(self, text: str, beam_size: int) -> Translation:
+        """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
+        other requests of the moment (``batching.py``)."""
+        prepared = self.prepare(text)
+        settings = replace(self.search, beam_size=beam_size)
+        return self.assemble(prepared, self.batcher.translate_ids(prepared.src_ids, settings))
+
+    def assemble(self, prepared: Prepared, out_ids: list[list[int]]) -> Translation:
+        """The pieces' output ids back into sentences and lines."""
         per_sentence = list(prepared.shape.sentences)
         for index in set(prepared.owner):
             per_sentence[index] = ""
@@ -126,10 +138,6 @@ class LoadedModel:
             len(per_sentence) - len(set(prepared.owner)),
             (prepared.src_ids[0], out_ids[0]) if out_ids else None,
         )
-
-    def translate(self, text: str, beam_size: int) -> Translation:
-        """Translate ``text`` sentence by sentence, keeping its line breaks."""
-        return self.run(self.prepare(text), beam_size)
 
     def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
         """A forced pass of the decoder over ``out_ids``: row i is the step that produced out_ids[i] (then </s>)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import statistics
 import subprocess
@@ -153,13 +154,20 @@ def rss_mib(pid: int) -> tuple[float, float]:
 
 def test_concurrent_load_matches_serial_answers(server: Server) -> None:
     serial = {s: translate(Client(server.url, verbose=False), s)[0] for s in SENTENCES}
-    clients = [Client(server.url, verbose=False) for _ in range(LOAD_CLIENTS)]
+    # Each request takes a client no other request is using: gradio_client's stream of one session can close
+    # under a second request of the same client still waiting (CancelledError), a client-side race.
+    idle: queue.SimpleQueue[Client] = queue.SimpleQueue()
+    for _ in range(LOAD_CLIENTS):
+        idle.put(Client(server.url, verbose=False))
 
     def request(i: int) -> tuple[str, str, float]:
         sentence = SENTENCES[i % len(SENTENCES)]
+        client = idle.get()
         started = time.perf_counter()
-        text, _ = translate(clients[i % LOAD_CLIENTS], sentence)
-        return sentence, text, time.perf_counter() - started
+        text, _ = translate(client, sentence)
+        elapsed = time.perf_counter() - started
+        idle.put(client)
+        return sentence, text, elapsed
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=LOAD_CLIENTS) as pool:

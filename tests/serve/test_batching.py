@@ -1,0 +1,56 @@
+"""Concurrent requests searched together answer exactly as the same requests one at a time."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from aiayn.search.translator import SearchSettings
+from aiayn.serve.batching import SearchBatcher
+from aiayn.serve.service import TranslationService
+
+SENTENCES = [
+    "Two dogs play in the snow.",
+    "A man in a red shirt is riding a bike down the street.",
+    "Children are playing soccer on a green field.",
+    "A woman sits on a bench and reads a book.",
+    "The old man is selling vegetables at the market.",
+    "A group of people stand in front of a building.",
+    "A girl jumps into the pool.",
+    "Three musicians play guitars on a stage.",
+    "A black cat sleeps on the sofa.",
+    "A boy in a blue jacket climbs a tree.",
+    "Two women are talking in a cafe.",
+    "A dog runs along the beach with a stick.",
+    "People are waiting for the train.",
+    "A chef prepares food in a busy kitchen.",
+    "A small child eats an ice cream.",
+    "Workers repair the road.",
+]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_sixteen_visitors_at_once_get_their_one_at_a_time_answers(bundled: dict[str, Path], beam: int) -> None:
+    service = TranslationService(device="cpu")
+    model = service.model("en-de")
+    alone = [model.run(model.prepare(s), beam).text for s in SENTENCES]
+    with ThreadPoolExecutor(len(SENTENCES)) as pool:
+        together = list(pool.map(lambda s: service.translate(s, "en-de", beam).text, SENTENCES))
+    assert together == alone
+    assert together[0] == "Zwei Hunde spielen im Schnee."
+
+
+class Failing:
+    def translate_ids(self, src_ids: object, settings: object) -> list[list[int]]:
+        raise ValueError("engine broke")
+
+
+def test_an_error_reaches_every_waiting_request_and_the_worker_goes_on() -> None:
+    batcher = SearchBatcher(Failing())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="engine broke"):
+        batcher.translate_ids([[5, 3]], SearchSettings())
+    with pytest.raises(ValueError, match="engine broke"):
+        batcher.translate_ids([[6, 3]], SearchSettings())
+    assert batcher.translate_ids([], SearchSettings()) == []
