@@ -18,9 +18,12 @@ from aiayn.search.translator import SearchSettings
 THREADS = 2  # intra-op threads of every engine
 Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
 
+# "onnx": the serving graphs built from the weights (``engines/onnx/fused.py``), what `aiayn serve` runs on a CPU;
+# "onnx portable": the contract's graphs (decoder.onnx with the TopK head), the reference for other runtimes.
 ENGINES = (
     "tutorial (torch, no cache)",
     "torch + KV cache",
+    "onnx portable fp32",
     "onnx fp32",
     "onnx int8",
     "ctranslate2 fp32",
@@ -30,12 +33,14 @@ ENGINES = (
 COMPARISONS = (
     ("onnx fp32", "ctranslate2 fp32"),
     ("onnx int8", "ctranslate2 int8"),
+    ("onnx portable fp32", "ctranslate2 fp32"),
     ("onnx fp32", "tutorial (torch, no cache)"),
 )
 
 
 def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
-    """A copy of the model folder with every export the engines need: ONNX fp32 and int8, CTranslate2."""
+    """A copy of the model folder with every export the engines need: the contract's ONNX graphs, CTranslate2.
+    (The fast engine builds its graphs from the weights when it loads.)"""
     from aiayn.export.ctranslate2 import export_ctranslate2
     from aiayn.export.onnx_export import export_onnx
     from aiayn.model.weights import load_model
@@ -43,7 +48,7 @@ def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
     shutil.copytree(folder.path, workdir, dirs_exist_ok=True)
     copy = ModelFolder.open(workdir)
     model = load_model(copy)
-    export_onnx(model, copy, ("fp32", "int8"))
+    export_onnx(model, copy, ("fp32",))
     export_ctranslate2(model, copy.tokenizer, copy.path)
     return copy
 
@@ -88,10 +93,14 @@ def make_engine(name: str, folder: ModelFolder) -> Translate:
         raise ValueError(f"unknown bench engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name.startswith("ctranslate2"):
         return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8")
-    if name.startswith("onnx"):
+    if name.startswith("onnx portable"):
         from aiayn.engines.onnx.engine import OnnxEngine
 
         return step_translate(OnnxEngine.load(folder, "cpu", name.split()[-1], threads=THREADS), folder)
+    if name.startswith("onnx"):
+        from aiayn.engines.onnx.fused import FusedOnnxEngine
+
+        return step_translate(FusedOnnxEngine.load(folder, THREADS, int8=name.endswith("int8")), folder)
     import torch
 
     from aiayn.engines.no_cache import NoCacheEngine

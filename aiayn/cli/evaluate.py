@@ -12,6 +12,7 @@ from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_i
 from aiayn.core.contract import VARIANTS
 from aiayn.data.multi30k import SPLITS
 from aiayn.engines import DEVICES
+from aiayn.engines.load import ENGINES
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -83,7 +84,7 @@ def add_eval(sub: Any) -> None:
         metavar="A,B,...",
         help="with --split val: score each α and keep the best in the folder's config.json",
     )
-    p.add_argument("--engine", choices=("torch", "onnx"), default="torch")
+    p.add_argument("--engine", choices=ENGINES, default="torch")
     p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
     p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")

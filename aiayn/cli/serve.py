@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.cli.args import DEVICES, add_engine_flags, add_model_flag
+from aiayn.engines.load import ENGINES
 
 __all__ = ["DEVICES", "add_serve", "add_translate"]
 
@@ -37,7 +38,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
     lines = read_input(args)
     model = TranslationService(args.engine, args.device, args.threads).model(args.model)
-    print(f"model {model.folder.path}, engine {args.engine}, execution provider: {model.provider}", file=sys.stderr)
+    engine = getattr(model.engine, "name", args.engine)
+    print(f"model {model.folder.path}, engine {engine}, execution provider: {model.provider}", file=sys.stderr)
     # One line in, one line out; all sentences go through the search together, batched by length.
     prepared = model.prepare("\n".join(lines))
     with tqdm(total=len(prepared.src_ids), unit="sentence", disable=args.input is None, file=sys.stderr) as bar:
@@ -69,7 +71,13 @@ def add_translate(sub: Any) -> None:
     p.add_argument("--input", default=None, metavar="FILE", help="UTF-8 text file, one sentence or paragraph per line")
     add_model_flag(p)
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="beam size; 1 is greedy")
-    p.add_argument("--engine", choices=("onnx", "torch"), default="onnx", help="torch needs the [train] extra")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="onnx",
+        help="onnx: the fastest ONNX Runtime graphs for the device; onnx-portable: the contract's graphs; "
+        "torch: needs the [train] extra",
+    )
     add_engine_flags(p)
     p.set_defaults(func=cmd_translate)
 

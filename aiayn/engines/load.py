@@ -6,13 +6,17 @@ from typing import Any
 
 from aiayn.core.folder import ModelFolder
 
-ENGINES = ("onnx", "torch")
+# onnx: the fastest ONNX Runtime engine for the device (on a CPU the serving graphs built from the weights,
+# ``fused.py``; on a GPU the contract's graphs); onnx-portable: the contract's graphs everywhere (the reference);
+# torch: PyTorch itself.
+ENGINES = ("onnx", "onnx-portable", "torch")
+FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
 
 
 def load_engine(
     folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", threads: int | None = None
 ) -> Any:
-    """The step engine of a model folder: ONNX Runtime (fp32, int8 or fp16 graphs) or PyTorch.
+    """The step engine of a model folder: ONNX Runtime (fp32, int8 or fp16) or PyTorch.
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
@@ -25,9 +29,15 @@ def load_engine(
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
         return TorchEngine(load_model(folder))
-    if engine != "onnx":
+    if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     from aiayn.engines.onnx.engine import OnnxEngine
+    from aiayn.engines.onnx.fused import FusedOnnxEngine
+    from aiayn.engines.onnx.sessions import CPU
 
-    return OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
-
+    if engine == "onnx" and device == "cpu" and variant in FUSED_VARIANTS:
+        return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
+    portable = OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
+    if engine == "onnx" and portable.provider == CPU and variant in FUSED_VARIANTS:  # auto found no GPU
+        return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
+    return portable

@@ -14,6 +14,7 @@ from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.fused import FusedOnnxEngine
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.evaluate import evaluate
 from aiayn.evaluation.metrics import Scores
@@ -21,7 +22,7 @@ from aiayn.export.ctranslate2 import ctranslate2_greedy, export_ctranslate2
 from aiayn.export.onnx_export import export_onnx
 from aiayn.export.parity import TOLERANCE, ParityError, check_logits, count_identical, max_log_prob_diff
 from aiayn.model.transformer import Transformer
-from aiayn.search.translator import SearchSettings
+from aiayn.search.translator import SearchSettings, Translator
 
 SPLIT = "test_2016_flickr"
 PARITY_SENTENCES = 100  # the fp32 log-prob check; the identical-translation check takes --check-sentences
@@ -84,6 +85,26 @@ def export_and_prove_onnx(
     for name, same in counts:
         if same != len(checked):
             raise ParityError(f"{len(checked) - same} {name} translations differ between ONNX and PyTorch")
+    return lines + prove_serving_graphs(folder, onnx_translator, src_ids, check_sentences)
+
+
+def prove_serving_graphs(
+    folder: ModelFolder, reference: Translator, src_ids: list[list[int]], check_sentences: int
+) -> list[str]:
+    """The CPU serving graphs (built from the same weights when an engine loads) against the contract's
+    graphs just proven: the same tolerance and identical translations, or the export fails."""
+    fused = folder.translator(FusedOnnxEngine.load(folder))
+    report = check_logits(reference.engine, fused.engine, src_ids[:PARITY_SENTENCES])
+    lines = [f"serving graphs: max |log-prob difference| vs decoder.onnx = {report.max_abs_diff:.2e}"]
+    checked = src_ids[:check_sentences]
+    if not checked:
+        return lines
+    for name, beam in (("greedy", 1), ("beam-4", 4)):
+        same = count_identical(reference, fused, checked, SearchSettings(beam_size=beam))
+        if same != len(checked):
+            raise ParityError(f"{len(checked) - same} {name} translations differ between the serving graphs "
+                              "and decoder.onnx")
+        lines.append(f"serving graphs: {name} {same}/{len(checked)} identical to decoder.onnx")
     return lines
 
 

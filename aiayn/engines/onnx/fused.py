@@ -1,0 +1,442 @@
+"""The fast CPU engine: the contrib-op serving graphs (``serving_graphs.py``) under the search's step interface.
+
+Per batch, every array the decoder reads or writes is allocated once and bound once
+(ONNX Runtime I/O binding over NumPy memory). A step writes the new token ids and
+lengths into the bound arrays in place, runs the session, and reads the outputs
+from the bound arrays: no per-step binding, no per-step allocation, no cache copy.
+
+Rows are grouped by sentence: ``group`` rows per sentence (1 for greedy, the beam
+size for beam search) sit in one block of physical rows and share that sentence's
+cross keys/values, which are never repeated per beam. ``select`` is cheap:
+
+- the beam's reordering within a sentence moves no cache at all for a beam's first
+  child (it takes over its parent's row); only a further child of the same parent
+  gets a copy of the parent's filled cache, in a row that a childless beam left;
+- a sentence that leaves the search just stops being read: its rows keep running
+  (on </s>) until the live sentences fall below ``compact_below`` of the physical
+  ones, and only then are the live blocks moved to the front (filled part only);
+- anything else (rows repeated across sentences, say) falls back to a general
+  gather into fresh buffers with one row per sentence.
+
+States are linear: ``step_top``/``step``/``select`` consume their state (the buffers
+are updated in place) and a consumed state refuses to be used again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
+from aiayn.core.config import ModelConfig
+from aiayn.core.folder import ModelFolder
+from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.serving_graphs import (
+    HEAD_LOGITS,
+    HEAD_TOP_K,
+    GraphOptions,
+    build_decoder,
+    build_serving_graphs,
+    quantize_int8,
+)
+from aiayn.search.greedy import EXTRA_LEN
+
+CPU = "CPUExecutionProvider"
+COMPACT_BELOW = 0.5  # compact when live sentences ≤ this share of the physical ones (RESULTS.md: measured)
+BLOCK_TOP_K_ROWS = 8  # from this many rows the two-stage TopK decoder is faster; below it, plain TopK
+
+
+def session_options(threads: int, spinning: bool) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    return options
+
+
+def ortvalue(array: np.ndarray) -> ort.OrtValue:
+    """An OrtValue over ``array``'s own memory (CPU): what ONNX Runtime writes there, NumPy sees."""
+    if not array.flags.c_contiguous:
+        raise ValueError("only C-contiguous arrays can be bound")
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+@dataclass(eq=False)
+class Batch:
+    """The physical arrays of one encoded batch: ``sentences`` blocks of ``group`` rows."""
+
+    cross: np.ndarray  # (2 · layers, sentences, heads, src_len, d_head): keys at 2i, values at 2i + 1
+    src_mask: np.ndarray  # (sentences, src_len) int32, 1 = real token
+    group: int = 1  # rows per sentence
+    cache: np.ndarray | None = None  # (2 · layers, sentences · group, heads, capacity, d_head), from the first step
+    past_len: int = 0
+    version: int = 0  # bumped by every step/select: a state of an older version is consumed
+    session: ort.InferenceSession | None = None  # the decoder session the arrays are bound to
+    binding: ort.IOBinding | None = None
+    bound_k: int = 0  # the k the output arrays are bound for
+    # Small per-step inputs, bound once and written in place: (rows,) ids and lengths, scalars.
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    seqlens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    total_len: np.ndarray = field(default_factory=lambda: np.zeros((), np.int32))
+    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids, or (rows, vocab) logits
+    keep_alive: list[ort.OrtValue] = field(default_factory=list)  # OrtValues the binding refers to
+
+    @property
+    def sentences(self) -> int:
+        return self.cross.shape[1]
+
+    @property
+    def rows(self) -> int:
+        return self.sentences * self.group
+
+
+@dataclass(frozen=True)
+class FusedState:
+    """The search's view of a batch: the physical row behind each of its rows.
+
+    The search's rows come in sentence blocks of ``group``; a block's rows all lie in one physical block
+    (they share its cross keys/values), in any order within it.
+    """
+
+    batch: Batch
+    rows: np.ndarray  # (rows,) physical row of each of the search's rows
+    version: int
+    identity: bool  # rows == arange(batch.rows): every physical row, in order
+
+
+def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
+    identity = rows.size == batch.rows and bool((rows == np.arange(rows.size)).all())
+    return FusedState(batch, rows, batch.version, identity)
+
+
+class FusedOnnxEngine:
+    """Encoder and decoder sessions of ``serving_graphs.py``; implements ``aiayn.search.StepModel``."""
+
+    name = "onnx-fused"
+
+    def __init__(
+        self,
+        folder: ModelFolder,
+        config: ModelConfig,
+        encoder: bytes,
+        decoder: bytes,
+        threads: int = 2,
+        spinning: bool = False,
+        compact_below: float = COMPACT_BELOW,
+        head: str = HEAD_TOP_K,
+        small_decoder: bytes | None = None,
+    ) -> None:
+        """``decoder`` serves every batch, or only those of ``BLOCK_TOP_K_ROWS`` rows and more if a
+        ``small_decoder`` (the same graph with a plain TopK head) is given for the smaller ones."""
+        self.folder, self.config = folder, config
+        self.provider = CPU
+        self.threads = threads
+        self.attention_engine: OnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+        tokens = config.special_tokens
+        self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
+        self.n_kv = 2 * config.n_decoder_layers
+        self.head = head
+        self.compact_below = compact_below
+        options = session_options(threads, spinning)
+        self.encoder = ort.InferenceSession(encoder, options, providers=[CPU])
+        self.decoder = ort.InferenceSession(decoder, options, providers=[CPU])
+        self.small_decoder = ort.InferenceSession(small_decoder, options, providers=[CPU]) if small_decoder else None
+
+    @classmethod
+    def load(
+        cls,
+        folder: ModelFolder | str | Path,
+        threads: int | None = None,
+        options: GraphOptions | None = None,
+        spinning: bool = False,
+        compact_below: float = COMPACT_BELOW,
+        int8: bool = False,
+    ) -> FusedOnnxEngine:
+        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
+        ``int8`` quantizes their weights (``serving_graphs.quantize_int8``)."""
+        folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
+        options = options or GraphOptions()
+        threads = threads or min(4, os.cpu_count() or 1)
+        config = folder.config
+        folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
+        try:
+            weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
+        except SafetensorError as err:
+            raise ValueError(
+                f"{folder.weights_file} is damaged ({err}); copy the model folder again or re-train it"
+            ) from None
+        encoder, decoder = build_serving_graphs(config, weights, options)
+        small = None
+        if options.head == HEAD_TOP_K and options.block_top_k:
+            small = build_decoder(config, weights, GraphOptions(**{**vars(options), "block_top_k": False}))
+        if int8:
+            encoder, decoder = quantize_int8(encoder), quantize_int8(decoder)
+            small = quantize_int8(small) if small is not None else None
+        return cls(folder, config, encoder, decoder, threads, spinning, compact_below, options.head, small)
+
+    # -- encoder -----------------------------------------------------------------------------------------
+
+    def start(self, src_ids: np.ndarray) -> FusedState:
+        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)  # (batch, src_len)
+        batch, src_len = src_ids.shape
+        src_mask = (src_ids != self.pad_id).astype(np.int32)
+        cross = np.empty((self.n_kv, batch, self.config.n_heads, src_len, self.config.d_head), np.float32)
+        binding = self.encoder.io_binding()
+        values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
+        binding.bind_ortvalue_input("src_ids", values[0])
+        binding.bind_ortvalue_input("src_mask", values[1])
+        binding.bind_ortvalue_output("cross_kv", values[2])
+        self.encoder.run_with_iobinding(binding)
+        return state_of(Batch(cross, src_mask), np.arange(batch))
+
+    # -- decoder -----------------------------------------------------------------------------------------
+
+    def capacity_for(self, batch: Batch) -> int:
+        """Cache positions to allocate: the search's default limit, source length + 50 (it grows if exceeded)."""
+        return batch.cross.shape[3] + EXTRA_LEN + 1
+
+    def bind(self, batch: Batch) -> None:
+        """Bind every decoder input and the cache outputs of ``batch`` (once per batch, again after compaction)."""
+        rows, cfg = batch.rows, self.config
+        if batch.cache is None:
+            shape = (self.n_kv, rows, cfg.n_heads, self.capacity_for(batch), cfg.d_head)
+            batch.cache = np.zeros(shape, np.float32)
+        if batch.ids.shape[0] != rows:
+            batch.ids = np.full(rows, self.eos_id, np.int64)
+            batch.seqlens = np.zeros(rows, np.int32)
+        session = self.small_decoder if self.small_decoder is not None and rows < BLOCK_TOP_K_ROWS else self.decoder
+        binding = session.io_binding()
+        batch.session = session
+        keep = []
+
+        def bind_input(name: str, array: np.ndarray) -> ort.OrtValue:
+            value = ortvalue(array)
+            binding.bind_ortvalue_input(name, value)
+            keep.append(value)
+            return value
+
+        bind_input("tgt_ids", batch.ids)
+        bind_input("seqlens_k", batch.seqlens)
+        bind_input("total_len", batch.total_len)
+        bind_input("group_shape", np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input("src_mask", batch.src_mask)
+        for i in range(cfg.n_decoder_layers):
+            bind_input(f"cross_key.{i}", batch.cross[2 * i])
+            bind_input(f"cross_value.{i}", batch.cross[2 * i + 1])
+            for j, kind in ((2 * i, "key"), (2 * i + 1, "value")):
+                value = bind_input(f"cache_{kind}.{i}", batch.cache[j])
+                binding.bind_ortvalue_output(f"present_{kind}.{i}", value)  # the same memory: appended in place
+        batch.binding, batch.keep_alive, batch.bound_k = binding, keep, 0
+
+    def bind_outputs(self, batch: Batch, k: int) -> None:
+        """(Re)bind the head's outputs for ``k`` best tokens per row (the logits head ignores ``k``)."""
+        assert batch.binding is not None
+        rows = batch.rows
+        if self.head == HEAD_LOGITS:
+            batch.outputs = (np.empty((rows, self.config.vocab_size), np.float32),)
+            names = ["logits"]
+        else:
+            batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
+            names = ["top_log_probs", "top_ids"]
+            k_value = ortvalue(np.array([k], np.int64))
+            batch.binding.bind_ortvalue_input("k", k_value)
+            batch.keep_alive.append(k_value)
+        for name, array in zip(names, batch.outputs, strict=True):
+            value = ortvalue(array)
+            batch.binding.bind_ortvalue_output(name, value)
+            batch.keep_alive.append(value)
+        batch.bound_k = k
+
+    def grow(self, batch: Batch) -> None:
+        """Double the cache capacity (a search whose limit exceeds source length + 50), keeping what is cached."""
+        assert batch.cache is not None
+        old = batch.cache
+        shape = list(old.shape)
+        shape[3] *= 2
+        batch.cache = np.zeros(shape, np.float32)
+        batch.cache[:, :, :, : batch.past_len] = old[:, :, :, : batch.past_len]
+        self.bind(batch)
+
+    def consume(self, state: FusedState) -> Batch:
+        batch = state.batch
+        if state.version != batch.version:
+            raise ValueError("this decoder state was already used: a state can be stepped or selected once")
+        batch.version += 1
+        return batch
+
+    def run_step(self, state: FusedState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], FusedState]:
+        """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for the search's rows."""
+        if tgt_ids.ndim != 2 or tgt_ids.shape[0] != state.rows.size:
+            raise ValueError(f"tgt_ids must be (rows, new_len) with {state.rows.size} rows, got {tgt_ids.shape}")
+        batch = self.consume(state)
+        if batch.binding is None or batch.cache is None:
+            self.bind(batch)
+        if batch.bound_k != k:
+            self.bind_outputs(batch, k)
+        for column in range(tgt_ids.shape[1]):
+            assert batch.cache is not None and batch.binding is not None and batch.session is not None
+            if batch.past_len + 1 > batch.cache.shape[3]:
+                self.grow(batch)
+                self.bind_outputs(batch, k)
+            if state.identity:
+                batch.ids[:] = tgt_ids[:, column]
+            else:
+                batch.ids[state.rows] = tgt_ids[:, column]  # other rows (finished sentences) run on, unread
+            batch.seqlens.fill(batch.past_len)
+            batch.total_len.fill(batch.past_len + 1)
+            batch.session.run_with_iobinding(batch.binding)
+            batch.past_len += 1
+        outputs = tuple(out.copy() if state.identity else out[state.rows] for out in batch.outputs)
+        return outputs, FusedState(batch, state.rows, batch.version, state.identity)
+
+    def step_top(self, state: FusedState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, FusedState]:
+        k = min(k, self.config.vocab_size)
+        if self.head == HEAD_LOGITS:
+            (logits,), state = self.run_step(state, tgt_ids, k)
+            ids = top_ids(logits, k)  # (rows, k)
+            values = np.take_along_axis(logits, ids, axis=1) - log_sum_exp(logits)
+            return values, ids, state
+        (values, ids), state = self.run_step(state, tgt_ids, k)
+        return values, ids, state  # (rows, k) each, best first, ties to the lower id
+
+    def step(self, state: FusedState, tgt_ids: np.ndarray) -> tuple[np.ndarray, FusedState]:
+        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
+        vocab = self.config.vocab_size
+        if self.head == HEAD_LOGITS:
+            (logits,), state = self.run_step(state, tgt_ids, 1)
+            return logits - log_sum_exp(logits), state
+        (values, ids), state = self.run_step(state, tgt_ids, vocab)
+        log_probs = np.empty_like(values)
+        np.put_along_axis(log_probs, ids, values, axis=1)
+        return log_probs, state
+
+    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+        """The attention view, from the contract's decoder (which outputs it): (batch, heads, out_len, src_len)."""
+        if self.attention_engine is None:
+            self.attention_engine = OnnxEngine.load(self.folder, device="cpu", threads=self.threads)
+        return self.attention_engine.cross_attention(src_ids, out_ids)
+
+    # -- row selection -----------------------------------------------------------------------------------
+
+    def select(self, state: FusedState, rows: np.ndarray) -> FusedState:
+        rows = np.asarray(rows, dtype=np.int64)
+        batch, g = state.batch, state.batch.group
+        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= state.rows.size)):
+            raise ValueError(f"rows must be indices below {state.rows.size}")
+        if batch.cache is None and g == 1:
+            group = run_length(rows)
+            if group and distinct(rows[::group]):
+                # Before the first step nothing is cached: regroup (the beam's k copies of each sentence).
+                self.consume(state)
+                batch.group, batch.binding = group, None
+                return self.compact(batch, state.rows[rows[::group]], np.arange(rows.size) % group)
+        sentence = rows // g  # (new rows,) the search's old sentence of each new row
+        blocks = sentence.reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g)
+        if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
+            return self.gather(state, rows)
+        self.consume(state)
+        parents = state.rows[rows]  # (new rows,) physical row holding each new row's past
+        if g > 1:
+            parents = self.adopt(batch, parents.reshape(-1, g)).reshape(-1)
+        slots = parents[::g] // g  # (new sentences,) physical blocks still read
+        if 0 < slots.size <= self.compact_below * batch.sentences:
+            return self.compact(batch, slots, parents % g)
+        return state_of(batch, parents)
+
+    def adopt(self, batch: Batch, parents: np.ndarray) -> np.ndarray:
+        """The beam's reordering within each sentence block, (sentences, g) physical parents → physical rows.
+
+        A parent's first child takes over the parent's row as it is; each further child gets a row whose
+        beam left no child, and a copy of its parent's filled cache. No row is read after it is written,
+        so the copies need no temporary beyond NumPy's own.
+        """
+        n, g = parents.shape
+        earlier = np.tri(g, g, -1, dtype=bool)  # (g, g) column j < row i
+        first = ~((parents[:, :, None] == parents[:, None, :]) & earlier).any(axis=2)  # (n, g) first child
+        if first.all() or batch.cache is None:
+            return parents
+        base = parents[:, :1] // g * g  # (n, 1) the block's first row
+        taken = np.zeros((n, g), dtype=bool)
+        taken[np.nonzero(first)[0], (parents - base)[first]] = True
+        # Free rows of each block, in order, go to the block's later children, in order (as many of each).
+        free = base + np.argsort(taken, axis=1, kind="stable")  # (n, g) free offsets first
+        later = ~first
+        rank = np.cumsum(later, axis=1) - 1  # (n, g) index of each later child among its block's
+        target = parents.copy()
+        target[later] = free[later.nonzero()[0], rank[later]]
+        t = batch.past_len
+        batch.cache[:, target[later], :, :t] = batch.cache[:, parents[later], :, :t]
+        return target
+
+    def compact(self, batch: Batch, slots: np.ndarray, offsets: np.ndarray) -> FusedState:
+        """Keep the physical blocks ``slots`` only, moved to the front (filled cache only), and rebind.
+
+        ``offsets`` (rows,) is each of the search's rows' place within its block, kept as it is.
+        """
+        n, g, t = slots.size, batch.group, batch.past_len
+        rows = (np.arange(n)[:, None] * g + offsets.reshape(n, g)).reshape(-1)
+        if n == batch.sentences and bool((slots == np.arange(n)).all()):
+            return state_of(batch, rows)  # nothing to move
+        batch.cross = np.ascontiguousarray(batch.cross[:, slots])
+        batch.src_mask = np.ascontiguousarray(batch.src_mask[slots])
+        if batch.cache is not None:
+            kept = (slots[:, None] * g + np.arange(g)).reshape(-1)  # whole blocks, in the order of ``slots``
+            cache = np.empty((batch.cache.shape[0], n * g, *batch.cache.shape[2:]), np.float32)
+            cache[:, :, :, :t] = batch.cache[:, kept, :, :t]
+            batch.cache = cache
+            batch.ids = batch.ids[kept]
+            batch.seqlens = np.zeros(n * g, np.int32)
+            self.bind(batch)
+        return state_of(batch, rows)
+
+    def gather(self, state: FusedState, rows: np.ndarray) -> FusedState:
+        """Any selection: a fresh batch with one row per sentence (the source side gathered per row)."""
+        batch = self.consume(state)
+        physical = state.rows[rows]  # (new rows,)
+        blocks = physical // batch.group
+        fresh = Batch(np.ascontiguousarray(batch.cross[:, blocks]), np.ascontiguousarray(batch.src_mask[blocks]))
+        fresh.past_len = batch.past_len
+        if batch.cache is not None:
+            fresh.cache = np.zeros((batch.cache.shape[0], rows.size, *batch.cache.shape[2:]), np.float32)
+            fresh.cache[:, :, :, : batch.past_len] = batch.cache[:, physical, :, : batch.past_len]
+        return state_of(fresh, np.arange(rows.size))
+
+
+def run_length(rows: np.ndarray) -> int:
+    """k if ``rows`` is each of its values repeated k times in a row (k ≥ 1), else 0."""
+    if rows.size == 0:
+        return 0
+    change = np.flatnonzero(rows[1:] != rows[:-1])
+    k = int(change[0]) + 1 if change.size else rows.size
+    if rows.size % k or not (rows.reshape(-1, k) == rows[::k, None]).all():
+        return 0
+    return k
+
+
+def distinct(values: np.ndarray) -> bool:
+    """No value twice (cheaply when they increase, as the searches' selections do)."""
+    if values.size < 2 or bool((values[1:] > values[:-1]).all()):
+        return True
+    return np.unique(values).size == values.size
+
+
+def log_sum_exp(logits: np.ndarray) -> np.ndarray:
+    """(rows, vocab) → (rows, 1) log Σ exp, stably."""
+    top = logits.max(axis=1, keepdims=True)
+    return top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+
+
+def top_ids(scores: np.ndarray, k: int) -> np.ndarray:
+    """(rows, k) ids of the k largest per row, best first, ties to the lower id."""
+    if k == 1:
+        return scores.argmax(axis=1)[:, None]  # the first maximum: the lower id
+    from aiayn.search.step import top_columns
+
+    return top_columns(scores, k)

@@ -1,0 +1,206 @@
+"""The fast CPU engine (serving graphs built from the weights) against the contract's graphs and PyTorch.
+
+Every step of greedy-like and beam-like plans (steps, beams reordered within their sentences, sentences
+leaving, blocks reordered, rows repeated across sentences) must give the same k best tokens and
+log-probabilities within 1e-4; real sentences must translate identically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from aiayn.core.folder import ModelFolder
+from aiayn.data.multi30k import load_parallel
+from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.fused import FusedOnnxEngine
+from aiayn.engines.onnx.serving_graphs import GraphBuilder, GraphOptions, two_stage_top_k
+from aiayn.search.translator import SearchSettings
+
+TOLERANCE = 1e-4
+Engines = tuple[OnnxEngine, FusedOnnxEngine]
+
+
+@pytest.fixture(scope="module")
+def model_dir(bundled: dict[str, Path]) -> Path:
+    return bundled["en-de"]
+
+
+@pytest.fixture(scope="module")
+def engines(model_dir: Path) -> Engines:
+    return OnnxEngine.load(model_dir, "cpu", threads=1), FusedOnnxEngine.load(model_dir, threads=1)
+
+
+def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> np.ndarray:
+    lengths = rng.integers(2, 12, batch)
+    src = np.zeros((batch, lengths.max()), dtype=np.int64)
+    for r, n in enumerate(lengths):
+        src[r, : n - 1] = rng.integers(4, vocab, n - 1)
+        src[r, n - 1] = 3  # </s>
+    return src
+
+
+def compare(ref: Any, ours: FusedOnnxEngine, src: np.ndarray, plan: list[str], seed: int) -> None:
+    """Drive both engines through ``plan`` (steps and selections of several kinds) and compare every step."""
+    rng = np.random.default_rng(seed)
+    a, b = ref.start(src), ours.start(src)
+    rows, group = src.shape[0], 1
+    for action in plan:
+        if action == "step":
+            tgt = rng.integers(4, ours.config.vocab_size, (rows, 1))
+            va, ia, a = ref.step_top(a, tgt, 8)
+            vb, ib, b = ours.step_top(b, tgt, 8)
+            assert np.abs(va - vb).max() <= TOLERANCE
+            assert (ia == ib).all()
+            continue
+        if action == "beam":  # k copies of each sentence, before any step
+            group = 4
+            sel = np.repeat(np.arange(rows), group)
+        elif action == "reorder":  # within each sentence block, any parents (repeats included)
+            sel = (np.arange(rows // group)[:, None] * group + rng.integers(0, group, (rows // group, group))).ravel()
+        elif action == "drop":  # some sentences leave (blocks kept in order)
+            keep = np.sort(rng.choice(rows // group, max(1, rows // group - 2), replace=False))
+            sel = (keep[:, None] * group + np.arange(group)).ravel()
+        elif action == "shuffle":  # sentence blocks reordered
+            order = rng.permutation(rows // group)
+            sel = (order[:, None] * group + np.arange(group)).ravel()
+        else:  # "any": rows repeated across sentences; the engine falls back to a general gather
+            sel = rng.integers(0, rows, rows + 3)
+            group = 1
+        a, b = ref.select(a, sel), ours.select(b, sel)
+        rows = sel.size
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_like(engines: Engines, seed: int) -> None:
+    src = random_sources(np.random.default_rng(seed), 9)
+    compare(*engines, src, ["step", "step", "drop", "step", "drop", "step", "drop", "step", "step"], seed)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_like(engines: Engines, seed: int) -> None:
+    src = random_sources(np.random.default_rng(seed), 7)
+    plan = ["beam", "step", "reorder", "step", "reorder", "step", "drop", "reorder", "step", "shuffle", "step"]
+    compare(*engines, src, plan + ["drop", "reorder", "step", "any", "step", "step"], seed)
+
+
+def test_consumed_state_refused(engines: Engines) -> None:
+    _, ours = engines
+    state = ours.start(np.array([[5, 6, 3]]))
+    ours.step_top(state, np.array([[2]]), 1)
+    with pytest.raises(ValueError, match="already used"):
+        ours.step_top(state, np.array([[2]]), 1)
+
+
+def test_capacity_grows(engines: Engines) -> None:
+    """More steps than the buffer was sized for (source length + 50): the cache grows and stays right."""
+    ref, ours = engines
+    src = np.array([[5, 3]])
+    plan = ["step"] * 60
+    compare(ref, ours, src, plan, 0)
+
+
+def test_whole_distribution(engines: Engines) -> None:
+    ref, ours = engines
+    src = random_sources(np.random.default_rng(5), 3)
+    a, b = ref.start(src), ours.start(src)
+    for _ in range(3):
+        tgt = np.full((3, 1), 7)
+        la, a = ref.step(a, tgt)
+        lb, b = ours.step(b, tgt)
+        assert np.abs(la - lb).max() <= TOLERANCE
+
+
+def test_two_stage_top_k_is_exact() -> None:
+    """Same values and ids as a stable descending sort, ties included, for any k."""
+    g = GraphBuilder({})
+    two_stage_top_k(g, "x", "k", 100, 10000, ["v", "i"])
+    graph = onnx.helper.make_graph(
+        g.nodes,
+        "t",
+        [onnx.helper.make_tensor_value_info("x", 1, ["r", 10000]), onnx.helper.make_tensor_value_info("k", 7, [1])],
+        [onnx.helper.make_tensor_value_info("v", 1, None), onnx.helper.make_tensor_value_info("i", 7, None)],
+        g.initializers,
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for trial in range(60):
+        k = int(rng.choice([1, 2, 8, 100, 150]))
+        x = rng.standard_normal((5, 10000)).astype(np.float32)
+        if trial % 2:
+            x = np.round(x * 2) / 2  # many ties
+        values, ids = session.run(None, {"x": x, "k": np.array([k])})
+        expected = np.argsort(-x, axis=1, kind="stable")[:, :k]
+        assert np.array_equal(ids, expected)
+        assert np.array_equal(values, np.take_along_axis(x, expected, axis=1))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        GraphOptions(block_top_k=False),
+        GraphOptions(skip_layer_norm=True),
+        GraphOptions(encoder_attention="mha"),
+        GraphOptions(encoder_attention="gqa"),
+        GraphOptions(head="logits"),
+    ],
+)
+def test_graph_options(model_dir: Path, options: GraphOptions) -> None:
+    ref = OnnxEngine.load(model_dir, "cpu", threads=1)
+    ours = FusedOnnxEngine.load(model_dir, threads=1, options=options)
+    src = random_sources(np.random.default_rng(3), 5)
+    compare(ref, ours, src, ["beam", "step", "reorder", "step", "drop", "step"], 3)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"norm_first": False},  # the paper's post-LN
+        {"norm_first": True, "vocab_size": 997, "n_heads": 2},  # a prime vocabulary: plain TopK, no blocks
+        {"norm_first": True, "n_encoder_layers": 1, "n_decoder_layers": 3, "d_ff": 48},
+    ],
+)
+def test_random_models_against_torch(changes: dict[str, object]) -> None:
+    """Tiny random models (the torch reference builds them; the engine sees only their weights as NumPy)."""
+    torch = pytest.importorskip("torch")
+    from aiayn.core.config import ModelConfig
+    from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
+    from aiayn.engines.pytorch import TorchEngine
+    from aiayn.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=600, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2)
+    config = config.replace(**changes)
+    model = Transformer(config).eval()
+    with torch.no_grad():  # non-trivial norms and biases, so that every weight matters
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.1)
+    weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    encoder, decoder = build_serving_graphs(config, weights)
+    small = build_decoder(config, weights, GraphOptions(block_top_k=False))
+    ours = FusedOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1, small_decoder=small)
+    ref = TorchEngine(model)
+    for batch in (1, 9):
+        src = random_sources(np.random.default_rng(batch), batch, config.vocab_size)
+        compare(ref, ours, src, ["beam", "step", "reorder", "step", "drop", "step", "reorder", "step"], batch)
+
+
+@pytest.mark.parametrize("name", ["en-de", "de-en"])
+def test_real_sentences_translate_identically(bundled: dict[str, Path], multi30k_dir: Path, name: str) -> None:
+    """The first 200 test sentences, greedy and beam 4, in the batches the translator makes."""
+    folder = ModelFolder.open(bundled[name])
+    corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
+    portable = folder.translator(OnnxEngine.load(folder, "cpu"))
+    fused = folder.translator(FusedOnnxEngine.load(folder))
+    src_ids = [portable.source_ids(s) for s in corpus.src[:200]]
+    for beam in (1, 4):
+        settings = SearchSettings(beam_size=beam)
+        assert fused.translate_ids(src_ids, settings) == portable.translate_ids(src_ids, settings)
