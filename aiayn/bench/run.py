@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.bench.engines import COMPARISONS, ENGINES, THREADS, prepare
+from aiayn.bench.process import Worker
 from aiayn.bench.serving import BEAM as SERVING_BEAM
 from aiayn.bench.serving import ServingRound, measure_serving
 from aiayn.core.folder import ModelFolder
@@ -86,40 +85,6 @@ def search_name(beam: int) -> str:
     return "greedy" if beam == 1 else f"beam {beam}"
 
 
-class Worker:
-    """An engine's process, asked for one measurement at a time over pipes."""
-
-    def __init__(self, folder: Path, engine: str) -> None:
-        self.engine = engine
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "aiayn.bench.worker", str(folder), engine],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.read()  # {"ready": true} once the engine is loaded
-
-    def read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None and self.process.stderr is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"bench of {self.engine} failed:\n{self.process.stderr.read()[-2000:]}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def measure(self, sentences: list[str], beam: int, batch: int) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"sentences": sentences, "beam": beam, "batch": batch}) + "\n")
-        self.process.stdin.flush()
-        return self.read()
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 def summarize(
     engine: str, beam: int, batch: int, runs: list[dict[str, Any]], refs: list[str], folder: ModelFolder
 ) -> Row:
@@ -149,9 +114,7 @@ def ratios(measured: dict[tuple[str, int, int], list[dict[str, Any]]]) -> list[R
             a, b = measured.get((ours, beam, batch)), measured.get((peer, beam, batch))
             if not a or not b:
                 continue
-            per_round = [
-                (x["tokens"] / x["seconds"]) / (y["tokens"] / y["seconds"]) for x, y in zip(a, b, strict=True)
-            ]
+            per_round = [(x["tokens"] / x["seconds"]) / (y["tokens"] / y["seconds"]) for x, y in zip(a, b, strict=True)]
             middle, low, high = statistics.median(per_round), min(per_round), max(per_round)
             out.append(Ratio(ours, peer, search_name(beam), batch, middle, low, high))
     return out
@@ -186,15 +149,15 @@ def run_bench(
     measured: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         copy = prepare(folder, Path(tmp) / "model")
-        workers = [Worker(copy.path, name) for name in engines]
+        workers = [Worker(name, "aiayn.bench.worker", str(copy.path), name) for name in engines]
         try:
             for round_ in range(plan.rounds):
                 for beam, batch in CONFIGS:
                     for i in range(len(workers)):
                         worker = workers[(i + round_) % len(workers)]  # a different engine goes first each round
-                        n = plan.tutorial_sentences if worker.engine.startswith("tutorial") else plan.sentences
-                        run = worker.measure(src[:n], beam, batch)
-                        measured.setdefault((worker.engine, beam, batch), []).append(run)
+                        n = plan.tutorial_sentences if worker.name.startswith("tutorial") else plan.sentences
+                        run = worker.ask({"sentences": src[:n], "beam": beam, "batch": batch})
+                        measured.setdefault((worker.name, beam, batch), []).append(run)
         finally:
             for worker in workers:
                 worker.close()

@@ -13,6 +13,7 @@ from aiayn.cli.args import UserError
 from aiayn.cli.bench import add_bench
 from aiayn.cli.evaluate import add_eval
 from aiayn.cli.export import add_export
+from aiayn.cli.prepare import add_prepare
 from aiayn.cli.serve import add_serve, add_translate
 from aiayn.cli.train import add_train
 
@@ -22,6 +23,7 @@ __all__ = ["UserError", "build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiayn", description="The Attention Is All You Need Transformer.")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_prepare(sub)
     add_train(sub)
     add_eval(sub)
     add_export(sub)

@@ -7,18 +7,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import UserError, add_data_flag, config_override, positive_int
-from aiayn.data.multi30k import LANGUAGES
+from aiayn.cli.args import UserError, config_override, positive_int
+from aiayn.cli.corpus import add_corpus_flags, corpus_sources
+
+PRECISIONS = ("auto", "fp32", "bf16")  # train.precision's, named here so that --help needs no torch
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from aiayn.core.folder import resolve_model
-    from aiayn.data.multi30k import load_parallel
     from aiayn.train.loop import train
     from aiayn.train.options import TrainOptions
 
-    if args.src == args.tgt:
-        raise UserError("--src and --tgt must differ")
     options = TrainOptions(
         out=args.out,
         preset=args.preset,
@@ -36,20 +35,25 @@ def cmd_train(args: argparse.Namespace) -> None:
         init_from=resolve_model(args.init_from) if args.init_from else None,
         lr_scale=args.lr_scale,
         warmup_steps=args.warmup,
+        update_freq=args.update_freq,
+        precision=args.precision,
+        max_length=args.max_length,
+        tokenizer_sample=args.tokenizer_sample,
+        prepared=args.prepared,
     )
-    train_data = load_parallel("train", args.src, args.tgt, args.data)
-    val_data = load_parallel("val", args.src, args.tgt, args.data)
-    if args.limit:
-        train_data = train_data.head(args.limit)
-        val_data = val_data.head(max(args.limit // 10, 1))
-    folder = train(options, train_data, val_data)
+    if args.prepared is not None:
+        if args.train_files or args.train_tsv or args.hf or args.src or args.tgt:
+            raise UserError("--prepared DIR holds the corpus already; leave out --src/--tgt and the corpus flags")
+        folder = train(options)
+    else:
+        folder = train(options, *corpus_sources(args))
     print(f"model folder: {folder}", file=sys.stderr)
 
 
 def add_train(sub: Any) -> None:
-    p = sub.add_parser("train", help="train a model on a Multi30k language pair into a model folder")
-    p.add_argument("--src", required=True, choices=LANGUAGES)
-    p.add_argument("--tgt", required=True, choices=LANGUAGES)
+    p = sub.add_parser("train", help="train a model on Multi30k or your own parallel corpus into a model folder")
+    add_corpus_flags(p)
+    p.add_argument("--prepared", type=Path, default=None, metavar="DIR", help="train on what `aiayn prepare` wrote")
     p.add_argument("--out", required=True, type=Path, help="model folder to write")
     p.add_argument("--preset", default="tiny", help="architecture preset: tiny or base (default tiny)")
     p.add_argument(
@@ -62,6 +66,19 @@ def add_train(sub: Any) -> None:
     )
     p.add_argument("--epochs", type=positive_int, default=60)
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
+    p.add_argument(
+        "--update-freq",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="accumulate N batches into one update (N × --max-tokens a step, × the processes under torchrun)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto: bf16 autocast on a GPU that has it, else fp32; bf16 on a CPU needs AVX512-BF16 or AMX",
+    )
     p.add_argument(
         "--lr-scale",
         type=float,
@@ -96,6 +113,4 @@ def add_train(sub: Any) -> None:
         help="continue training a model folder or bundled model (its tokenizer, config and weights) into --out; "
         "with --resume, the run in --out already holds them",
     )
-    p.add_argument("--limit", type=positive_int, default=None, help="use only the first N training sentences")
-    add_data_flag(p)
     p.set_defaults(func=cmd_train)

@@ -28,6 +28,7 @@ WEIGHTS_FILE = "model.safetensors"
 TRAINING_RECORD_FILE = "training.json"
 TRAINING_PLOT_FILE = "training.png"
 CHECKPOINT_DIR = "checkpoints"
+PREPARED_DIR = "data"  # the run's token ids (``aiayn.data.prepare``), when it prepared its own
 CTRANSLATE2_DIR = "ctranslate2"
 DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 
@@ -88,6 +89,7 @@ class ModelFolder:
         self.record_file = self.path / TRAINING_RECORD_FILE
         self.plot_file = self.path / TRAINING_PLOT_FILE
         self.checkpoint_dir = self.path / CHECKPOINT_DIR
+        self.prepared_dir = self.path / PREPARED_DIR
         self.ctranslate2_dir = self.path / CTRANSLATE2_DIR
         if sections is not None:
             self.__dict__["sections"] = sections

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -120,7 +120,8 @@ def train_tokenizer(
 ) -> SubwordTokenizer:
     """BPE on the given (training) sentences, with the special tokens at the ids the config records.
 
-    Deterministic: the same sentences and size give the same merges, so a resumed run can rebuild it.
+    ``sentences`` are streamed: memory holds BPE's word counts, not the text. Deterministic: the same
+    sentences and size give the same merges, so a resumed run can rebuild it.
     """
     by_id = sorted(
         (token_id, SPECIAL_TOKEN_TEXT[name]) for name, token_id in dataclasses.asdict(special_tokens).items()
@@ -132,9 +133,6 @@ def train_tokenizer(
         )
     if vocab_size <= len(by_id):
         raise ValueError(f"vocab_size {vocab_size} leaves no room beside the {len(by_id)} special tokens")
-    texts = [normalize_text(s) for s in sentences]
-    if not any(texts):
-        raise ValueError("no text to train the tokenizer on; pass the training split's source and target")
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKEN_TEXT["unk"]))
     tokenizer.normalizer = normalizers.NFKC()
     # Metaspace keeps the spaces in the tokens, so decoding gives the text back exactly; punctuation and
@@ -150,7 +148,18 @@ def train_tokenizer(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=[text for _, text in by_id], show_progress=False
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    texts = 0  # non-empty sentences seen
+
+    def normalized() -> Iterator[str]:
+        nonlocal texts
+        for sentence in sentences:
+            text = normalize_text(sentence)
+            texts += bool(text)
+            yield text
+
+    tokenizer.train_from_iterator(normalized(), trainer=trainer)
+    if not texts:
+        raise ValueError("no text to train the tokenizer on; pass the training split's source and target")
     for token_id, text in by_id:
         if tokenizer.token_to_id(text) != token_id:
             raise ValueError(

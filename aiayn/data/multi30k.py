@@ -5,17 +5,20 @@ Torch-free, so the serving page can show validation examples.
 
 from __future__ import annotations
 
-import gzip
+import hashlib
 import http.client
 import os
 import shutil
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiayn.core.tokenizer import normalize_text
+from aiayn.data.text_files import read_lines
 
 LANGUAGES = ("de", "en", "fr", "cs")
 SPLITS = ("train", "val", "test_2016_flickr")
@@ -36,13 +39,32 @@ class ParallelCorpus:
     src_lang: str
     tgt_lang: str
     split: str
+    files: tuple[str, ...] = ()  # where the lines were read from, if from files
 
     def __len__(self) -> int:
         return len(self.src)
 
     def head(self, n: int) -> ParallelCorpus:
         """The first ``n`` pairs, for quick runs."""
-        return ParallelCorpus(self.src[:n], self.tgt[:n], self.src_lang, self.tgt_lang, self.split)
+        return ParallelCorpus(self.src[:n], self.tgt[:n], self.src_lang, self.tgt_lang, self.split, self.files)
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        """The pairs as a ``sources.PairSource`` streams them."""
+        return zip(self.src, self.tgt, strict=True)
+
+    def describe(self) -> dict[str, Any]:
+        """A ``sources.PairSource`` description: the files, the number of pairs, and a hash of their text."""
+        digest = hashlib.sha256()
+        for src, tgt in self.pairs():
+            digest.update(f"{src}\t{tgt}\n".encode())
+        kind = "multi30k" if self.files else "in memory"
+        return {
+            "kind": kind,
+            "split": self.split,
+            "pairs": len(self),
+            "files": list(self.files),
+            "sha256": digest.hexdigest(),
+        }
 
 
 def find_data_dir(explicit: str | Path | None = None) -> Path | None:
@@ -98,20 +120,14 @@ def download_file(name: str, base_url: str | None = None) -> Path:
     return target
 
 
-def read_lines(path: Path) -> list[str]:
+def read_normalized(path: Path) -> list[str]:
     """Normalized lines of a gzipped UTF-8 file, with an error that names a damaged file."""
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, EOFError, UnicodeDecodeError) as err:
+        return [normalize_text(line) for line in read_lines(path)]
+    except (OSError, EOFError) as err:
         raise ValueError(
             f"{path} is not gzipped UTF-8 text ({err}); delete it and download it again or copy a good one"
         ) from err
-    # Only "\n" ends a line: str.splitlines would also break at rare separators inside a sentence.
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [normalize_text(line) for line in lines]
 
 
 def locate(
@@ -164,10 +180,10 @@ def load_parallel(
     src_path, tgt_path = (
         locate(split, lang, folder, data_dir is not None, download, base_url) for lang in (src_lang, tgt_lang)
     )
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    src, tgt = read_normalized(src_path), read_normalized(tgt_path)
     if len(src) != len(tgt):
         raise ValueError(
             f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
             "the files must align line by line (re-download or re-copy them)"
         )
-    return ParallelCorpus(src, tgt, src_lang, tgt_lang, split)
+    return ParallelCorpus(src, tgt, src_lang, tgt_lang, split, (str(src_path), str(tgt_path)))

@@ -76,6 +76,13 @@ class Transformer(nn.Module):
         ``offset`` is the position of the first new token; it defaults to the
         cache length (the exporter passes it explicitly as a graph input).
         """
+        states, new_cache, cross_weights = self.decode_states(tgt_ids, cache, src_allowed, offset)
+        return DecoderOutput(self.embedding.logits(states), new_cache, cross_weights)
+
+    def decode_states(
+        self, tgt_ids: Tensor, cache: KVCache, src_allowed: Tensor, offset: int | Tensor | None = None
+    ) -> tuple[Tensor, KVCache, Tensor]:
+        """``decode`` up to the tied projection: the decoder's output states (batch, new_len, d_model)."""
         past_len = cache.past_len
         new_len = tgt_ids.size(1)
         x = self.embed(tgt_ids, past_len if offset is None else offset)
@@ -96,13 +103,21 @@ class Transformer(nn.Module):
             values.append(value)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        new_cache = KVCache(tuple(keys), tuple(values), cache.cross_keys, cache.cross_values)
-        return DecoderOutput(self.embedding.logits(x), new_cache, cross_weights)
+        return x, KVCache(tuple(keys), tuple(values), cache.cross_keys, cache.cross_values), cross_weights
+
+    def teacher_forced_states(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        """Teacher forcing up to the tied projection: (batch, src_len), (batch, tgt_len) → (batch, tgt_len, d_model).
+
+        Training projects only the states of real target tokens (``train.loss``): padding never reaches the
+        vocabulary-sized matmul.
+        """
+        memory = self.encode(src_ids)
+        states, _, _ = self.decode_states(tgt_in_ids, self.start_cache(memory), self.source_mask(src_ids))
+        return states
 
     def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
         """Teacher forcing: (batch, src_len), (batch, tgt_len) → logits (batch, tgt_len, vocab)."""
-        memory = self.encode(src_ids)
-        return self.decode(tgt_in_ids, self.start_cache(memory), self.source_mask(src_ids)).logits
+        return self.embedding.logits(self.teacher_forced_states(src_ids, tgt_in_ids))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

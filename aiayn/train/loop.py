@@ -11,28 +11,30 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from aiayn.core.folder import MODEL_SECTION, ModelFolder
-from aiayn.core.tokenizer import train_tokenizer
-from aiayn.data.batching import token_batches
-from aiayn.data.multi30k import ParallelCorpus
+from aiayn.data.batching import BatchPlan, plan_batches
+from aiayn.data.prepare import PreparedData
+from aiayn.data.sources import PairSource
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import load_folder_weights, load_state_strict, save_weights
-from aiayn.train.batches import bare_lengths, encode_corpus, make_batch
+from aiayn.train.batches import to_tensors
 from aiayn.train.checkpoint import average_state_dicts, load_checkpoint, save_atomic
+from aiayn.train.corpus import prepared_languages, run_data
+from aiayn.train.loss import SmoothedLoss
 from aiayn.train.options import TrainOptions, learning_rate, with_schedule
+from aiayn.train.precision import resolve_precision
 from aiayn.train.progress import Progress
 from aiayn.train.record import write_record
 from aiayn.train.start import LAST_CHECKPOINT, Start, continued_config, decide, preset_config
+from aiayn.train.step import accumulate_gradients
 from aiayn.train.validate import validate
 
 
@@ -44,9 +46,10 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def hardware_summary(device: torch.device, world_size: int) -> dict[str, Any]:
+def hardware_summary(device: torch.device, world_size: int, precision: str) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "device": str(device),
+        "precision": precision,
         "processes": world_size,
         "cpu_threads": torch.get_num_threads(),
         "platform": platform.platform(),
@@ -81,24 +84,27 @@ def parent_summary(parent: ModelFolder) -> dict[str, Any]:
 class Trainer:
     """One training run: the model, its optimizer and its ``Progress``, which checkpoints hold whole."""
 
-    def __init__(self, options: TrainOptions, train: ParallelCorpus, val: ParallelCorpus) -> None:
+    def __init__(self, options: TrainOptions, train: PairSource | None, val: PairSource | None) -> None:
         self.rank = int(os.environ.get("RANK", 0))
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
         self.device = pick_device(options.device)
         if self.world_size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        self.val_data = val
+        self.precision = resolve_precision(options.precision, self.device)
         start = decide(options.resume, Path(options.out), options.init_from)
         parent = ModelFolder.open(options.init_from) if start is Start.CONTINUE and options.init_from else None
-        self.folder = self.open_folder(start, options, train, parent)
+        self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
         self.checkpoint_dir = self.folder.checkpoint_dir
-        self.train_src, self.train_tgt = encode_corpus(self.folder.tokenizer, train)
-        self.val_src, self.val_tgt = encode_corpus(self.folder.tokenizer, val)
+        self.lengths = self.data.train.lengths()  # (pairs,) ×2, read once: batches are planned from them
+        self.plan: tuple[int, BatchPlan] | None = None  # (epoch, its batches), planned once per epoch
+        if self.is_main:
+            tqdm.write(describe_counts(self.data))
 
         torch.manual_seed(options.seed)
         self.config = self.folder.config
         self.model = Transformer(self.config).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        # Fused: one kernel for all parameters instead of a loop over ~100 tensors (same update, to rounding).
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
         self.progress = Progress(commands=[options.command])
         inherited: dict[str, Any] = {}  # the options of the run this one goes on from
         if start is Start.RESUME:
@@ -110,33 +116,44 @@ class Trainer:
             inherited = summary.pop("options")
             self.progress.schedule_offset, self.progress.parent = summary["schedule_steps"], summary
         self.options = with_schedule(options, inherited)
-        self.parallel_model: torch.nn.Module = self.model
+        # The whole objective (forward, projection, loss) is the module DDP wraps.
+        self.objective: torch.nn.Module = SmoothedLoss(self.model, self.options.label_smoothing)
         if self.world_size > 1:
-            self.parallel_model = torch.nn.parallel.DistributedDataParallel(self.model)
+            self.objective = torch.nn.parallel.DistributedDataParallel(self.objective)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def open_folder(
-        self, start: Start, options: TrainOptions, train: ParallelCorpus, parent: ModelFolder | None
-    ) -> ModelFolder:
-        """--out as a model folder: the run's own (resume), or written anew with a tokenizer and config."""
+    def open_data_and_folder(
+        self,
+        start: Start,
+        options: TrainOptions,
+        train: PairSource | None,
+        val: PairSource | None,
+        parent: ModelFolder | None,
+    ) -> tuple[PreparedData, ModelFolder]:
+        """The prepared data, and --out as a model folder: the run's own (resume), or written anew."""
+        into = ModelFolder(Path(options.out)).prepared_dir
+        preset = preset_config(options.preset, options.overrides)
         if start is Start.RESUME:
-            return ModelFolder.open(options.out)
+            folder = ModelFolder.open(options.out)
+            return run_data(options, into, train, val, folder.config, folder.tokenizer, self.is_main), folder
         if parent is not None:
             parent.require([parent.weights_file, parent.tokenizer_file], "--init-from needs a trained model folder")
-            config = continued_config(parent, options.overrides, train.src_lang, train.tgt_lang)
-            tokenizer = parent.tokenizer
+            # Another language pair or architecture is refused before any preparing.
+            langs = (train.src_lang, train.tgt_lang) if train is not None else prepared_languages(options)
+            config = continued_config(parent, options.overrides, *langs)
+            data = run_data(options, into, train, val, parent.config, parent.tokenizer, self.is_main)
         else:
-            preset = preset_config(options.preset, options.overrides)
-            tokenizer = train_tokenizer(train.src + train.tgt, preset.vocab_size, preset.special_tokens)
-            config = preset.replace(vocab_size=tokenizer.vocab_size, src_lang=train.src_lang, tgt_lang=train.tgt_lang)
+            data = run_data(options, into, train, val, preset, None, self.is_main)
+            langs = {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
+            config = preset.replace(vocab_size=data.tokenizer.vocab_size, **langs)
         if self.is_main:
-            return ModelFolder.create(Path(options.out), config, tokenizer)
+            return data, ModelFolder.create(Path(options.out), config, data.tokenizer)
         folder = ModelFolder(Path(options.out), {MODEL_SECTION: config.to_dict()})  # rank 0 writes it
-        folder.__dict__["tokenizer"] = tokenizer
-        return folder
+        folder.__dict__["tokenizer"] = data.tokenizer
+        return data, folder
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -160,41 +177,36 @@ class Trainer:
         options: dict[str, Any] = state["options"]
         return options
 
-    def epoch_batches(self) -> list[list[int]]:
-        lengths = bare_lengths(self.train_src, self.train_tgt)
-        batches = token_batches(*lengths, self.options.max_tokens, self.options.seed, self.progress.epoch)
-        # Every process takes every world_size-th batch; all take the same number of steps.
-        usable = len(batches) - len(batches) % self.world_size
-        return batches[self.rank : usable : self.world_size]
+    def epoch_updates(self) -> list[list[np.ndarray]]:
+        """This process's updates of the epoch in progress, each a list of ``update_freq`` batches of pair indices.
 
-    def autocast(self) -> AbstractContextManager[Any]:
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
+        Every process takes every world_size-th batch, ``update_freq`` of them an update; all take the same
+        number of updates (the last few batches of an epoch are left out when they do not divide evenly).
+        """
+        epoch = self.progress.epoch
+        if self.plan is None or self.plan[0] != epoch:
+            self.plan = epoch, plan_batches(*self.lengths, self.options.max_tokens, self.options.seed, epoch)
+        batches = self.plan[1]
+        per_update = self.options.update_freq
+        usable = len(batches) - len(batches) % (self.world_size * per_update)
+        mine = range(self.rank, usable, self.world_size)
+        return [[batches[i] for i in mine[k : k + per_update]] for k in range(0, len(mine), per_update)]
 
-    def train_step(self, rows: list[int]) -> tuple[float, int]:
-        """One update on one batch: eq. 3's rate, label-smoothed cross-entropy, Adam. Returns (loss, tokens)."""
-        tokens = self.config.special_tokens
-        src_ids, tgt_in, tgt_out = make_batch(rows, self.train_src, self.train_tgt, tokens, self.device)
+    def train_step(self, update: list[np.ndarray]) -> tuple[float, int]:
+        """One update from its batches: eq. 3's rate, label-smoothed cross-entropy, Adam. Returns (loss, tokens)."""
+        special = self.config.special_tokens
+        micro_batches = [to_tensors(self.data.train.padded(rows, special), self.device) for rows in update]
         schedule_step = self.progress.schedule_offset + self.progress.step + 1
         lr = learning_rate(schedule_step, self.config.d_model, self.options.warmup_steps, self.options.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with self.autocast():
-            logits = self.parallel_model(src_ids, tgt_in)  # (batch, tgt_len, vocab)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            tgt_out.flatten(),
-            ignore_index=tokens.pad,
-            label_smoothing=self.options.label_smoothing,
-        )
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum, tokens = accumulate_gradients(self.objective, micro_batches, special.pad, self.precision)
         if self.options.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm)
         self.optimizer.step()
         self.progress.step += 1
-        return loss.item(), int((tgt_out != tokens.pad).sum())
+        return loss_sum.item() / tokens, tokens
 
     def save_checkpoint(self) -> None:
         if self.is_main:
@@ -219,9 +231,7 @@ class Trainer:
         )
 
     def validate(self, model: Transformer) -> dict[str, float]:
-        return validate(
-            model, self.folder, self.val_src, self.val_tgt, self.val_data, self.device, self.options.max_tokens
-        )
+        return validate(model, self.folder, self.data, self.device, self.options.max_tokens)
 
     def write_record(self) -> None:
         if not self.is_main:
@@ -237,7 +247,8 @@ class Trainer:
                 "steps": progress.step,
                 "schedule_steps": progress.schedule_offset + progress.step,  # where eq. 3 stands, parents included
                 "parameters": self.model.num_parameters(),
-                "hardware": hardware_summary(self.device, self.world_size),
+                "hardware": hardware_summary(self.device, self.world_size, self.precision),
+                "data": self.data.record,  # where the pairs came from: files, line counts, hashes; what was skipped
                 "best_val_bleu": progress.best_bleu,
                 "epochs": progress.history,
                 "averaged": progress.averaged,
@@ -249,7 +260,7 @@ class Trainer:
         """Train to ``options.epochs`` (or ``max_steps``), checkpointing so that a kill loses little."""
         options, progress = self.options, self.progress
         bar = tqdm(
-            total=options.epochs * len(self.epoch_batches()),
+            total=options.epochs * len(self.epoch_updates()),
             initial=progress.step,
             disable=not self.is_main,
             unit="step",
@@ -258,8 +269,8 @@ class Trainer:
         self.model.train()
         while progress.epoch < options.epochs and not self.out_of_time():
             started = time.perf_counter()
-            for rows in self.epoch_batches()[progress.batch_in_epoch :]:
-                loss, tokens = self.train_step(rows)
+            for update in self.epoch_updates()[progress.batch_in_epoch :]:
+                loss, tokens = self.train_step(update)
                 progress.epoch_loss_sum += loss * tokens
                 progress.epoch_tokens += tokens
                 progress.batch_in_epoch += 1
@@ -308,8 +319,29 @@ class Trainer:
             save_weights(averaged, self.folder)
 
 
-def train(options: TrainOptions, train_data: ParallelCorpus, val_data: ParallelCorpus) -> Path:
-    """Train into ``options.out`` and return it; under torchrun, one process per rank."""
+def describe_counts(data: PreparedData) -> str:
+    """One line on what preparing kept and skipped."""
+    parts = []
+    for split, counts in data.record["counts"].items():
+        skipped = counts["skipped_too_long"] + counts["skipped_empty"]
+        parts.append(
+            f"{split}: {counts['kept']} pairs"
+            + (
+                f" ({skipped} skipped: {counts['skipped_too_long']} over "
+                f"{data.record['settings']['max_length']} tokens, {counts['skipped_empty']} empty)"
+                if skipped
+                else ""
+            )
+        )
+    return f"data {data.path}: " + "; ".join(parts)
+
+
+def train(options: TrainOptions, train_data: PairSource | None = None, val_data: PairSource | None = None) -> Path:
+    """Train into ``options.out`` and return it; under torchrun, one process per rank.
+
+    The pairs are prepared into ``--out/data`` first (once), unless ``options.prepared`` names a folder that
+    `aiayn prepare` wrote.
+    """
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     if distributed:
         backend = "nccl" if torch.cuda.is_available() and options.device != "cpu" else "gloo"

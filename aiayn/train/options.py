@@ -33,6 +33,11 @@ class TrainOptions:
     max_steps: int | None = None  # stop early (a test of resume, a quick run)
     time_limit_minutes: float | None = None  # no new epoch after this much training time; then average
     init_from: Path | None = None  # a model folder to continue training from (its config, tokenizer, weights)
+    update_freq: int = 1  # micro-batches accumulated into one update (--update-freq)
+    precision: str = "auto"  # auto, fp32 or bf16 (``precision.py``)
+    max_length: int | None = None  # subword tokens a side; longer pairs are skipped. None: the config's max_len
+    tokenizer_sample: int = 1_000_000  # pairs the BPE tokenizer learns from at most
+    prepared: Path | None = None  # a folder written by `aiayn prepare`, instead of preparing into --out/data
     command: str = field(default_factory=lambda: shlex.join(["aiayn", *sys.argv[1:]]))
 
     def to_dict(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 class Progress:
     step: int = 0  # optimizer updates of this run
     epoch: int = 0  # epochs finished
-    batch_in_epoch: int = 0  # batches of the epoch in progress already trained on
+    batch_in_epoch: int = 0  # updates of the epoch in progress already made (each of --update-freq batches)
     epoch_loss_sum: float = 0.0  # of the epoch in progress, for its mean loss
     epoch_tokens: int = 0
     history: list[dict[str, float]] = field(default_factory=list)  # per epoch: losses, validation BLEU

@@ -3,41 +3,34 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.batching import token_batches
-from aiayn.data.multi30k import ParallelCorpus
+from aiayn.data.prepare import PreparedData
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.metrics import score
 from aiayn.model.transformer import Transformer
 from aiayn.search.translator import SearchSettings
-from aiayn.train.batches import bare_lengths, make_batch
+from aiayn.train.batches import to_tensors
+from aiayn.train.loss import label_smoothed_sum, real_targets
 
 
 def validate(
-    model: Transformer,
-    folder: ModelFolder,
-    val_src: list[list[int]],
-    val_tgt: list[list[int]],
-    val: ParallelCorpus,
-    device: torch.device,
-    max_tokens: int,
+    model: Transformer, folder: ModelFolder, data: PreparedData, device: torch.device, max_tokens: int
 ) -> dict[str, float]:
-    """Validation loss (no label smoothing) and greedy BLEU on the validation split."""
+    """Validation loss (no label smoothing) and greedy BLEU on the prepared validation split."""
     model.eval()
-    pad = model.config.special_tokens.pad
+    special = model.config.special_tokens
+    valid = data.valid
     total_loss, total_tokens = 0.0, 0
     with torch.inference_mode():
-        for rows in token_batches(*bare_lengths(val_src, val_tgt), max_tokens, 0, 0):
-            src_ids, tgt_in, tgt_out = make_batch(rows, val_src, val_tgt, model.config.special_tokens, device)
-            logits = model(src_ids, tgt_in)  # (batch, tgt_len, vocab)
-            total_loss += F.cross_entropy(
-                logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad, reduction="sum"
-            ).item()
-            total_tokens += int((tgt_out != pad).sum())
+        for rows in token_batches(*valid.lengths(), max_tokens, 0, 0):
+            src_ids, tgt_in, tgt_out = to_tensors(valid.padded(rows, special), device)
+            states, target = real_targets(model.teacher_forced_states(src_ids, tgt_in), tgt_out, special.pad)
+            total_loss += label_smoothed_sum(states, model.embedding.weight, target, 0.0).item()
+            total_tokens += target.numel()
     translator = folder.translator(TorchEngine(model, device), max_sentences=256)
-    hypotheses = translator.translate_ids(val_src, SearchSettings(beam_size=1))
-    scores = score([folder.tokenizer.decode(h) for h in hypotheses], val.tgt)
+    hypotheses = translator.translate_ids(valid.source_ids(special.eos), SearchSettings(beam_size=1))
+    scores = score([folder.tokenizer.decode(h) for h in hypotheses], data.valid_references)
     model.train()
     return {"val_loss": total_loss / total_tokens, "val_bleu": scores.bleu}

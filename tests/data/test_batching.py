@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aiayn.data.batching import token_batches
+from aiayn.data.batching import plan_batches, token_batches
 
 
 def lengths(count: int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -65,3 +65,37 @@ def test_edge_cases_and_errors() -> None:
         token_batches([1], [1], 0, seed=0, epoch=0)
     with pytest.raises(ValueError, match="must not be negative"):
         token_batches([1, -5], [1, -3], 100, seed=0, epoch=0)
+
+
+def greedy_one_pair_at_a_time(
+    src: list[int], tgt: list[int], max_tokens: int, seed: int, epoch: int
+) -> list[list[int]]:
+    """The batcher as it was written before its plan became arrays: one pair at a time, in Python."""
+    costs = np.maximum(src, tgt) + 1
+    rng = np.random.default_rng((seed, epoch))
+    order = np.argsort(costs + rng.uniform(-1.0, 1.0, costs.size), kind="stable")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in order.tolist():
+        if current and max(longest, costs[index]) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, int(costs[index]))
+    batches.append(current)
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+@pytest.mark.parametrize("max_tokens", [1, 60, 1000, 4096])
+def test_the_array_plan_makes_the_same_batches_as_one_pair_at_a_time(max_tokens: int) -> None:
+    src, tgt = lengths(3000, seed=max_tokens)
+    src[5] = 900  # longer than most limits: a batch of its own
+    assert token_batches(src, tgt, max_tokens, 2, 7) == greedy_one_pair_at_a_time(src, tgt, max_tokens, 2, 7)
+
+
+def test_a_plan_of_a_million_pairs_is_three_arrays() -> None:
+    src, tgt = lengths(1_000_000)
+    plan = plan_batches(np.asarray(src, dtype=np.int32), np.asarray(tgt, dtype=np.int32), 4096, seed=1, epoch=0)
+    assert plan.order.shape == (1_000_000,) and len(plan) == plan.bounds.size - 1
+    assert sum(plan[i].size for i in range(len(plan))) == 1_000_000

@@ -1,0 +1,70 @@
+"""A measuring process of its own, asked over pipes: one JSON line in, one JSON line out.
+
+Runtimes that share a process slow each other down (torch's and CTranslate2's OpenMP pools: CTranslate2
+by more than ten times here), so every engine or training variant lives in its own process; the benches
+keep them all alive and ask each in turn, round by round, so that a slow moment of the shared machine hits
+every one alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM; unlike ru_maxrss it does not carry over across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Worker:
+    """``python -m MODULE ARGS...``: says ``{"ready": true}`` once loaded (or false, and why), then answers requests."""
+
+    def __init__(self, name: str, module: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.ready = self.read()  # {"ready": true} once loaded, or {"ready": false, "reason": ...}
+
+    def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None and self.process.stderr is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench of {self.name} failed:\n{self.process.stderr.read()[-2000:]}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def requests() -> Any:
+    """A worker's side: the requests on stdin, one JSON object a line."""
+    for line in sys.stdin:
+        yield json.loads(line)
+
+
+def answer(value: dict[str, Any]) -> None:
+    print(json.dumps(value), flush=True)

@@ -1,0 +1,82 @@
+"""`aiayn prepare` and `aiayn train` on your own files: text pairs, TSV, prepared folders; bad corpora exit 2."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from aiayn.cli import main
+
+WORDS = "red blue green cat dog bird runs sleeps jumps big small old".split()
+SIZES = ["vocab_size=64", "d_model=32", "n_heads=4", "d_ff=64", "n_encoder_layers=1", "n_decoder_layers=1"]
+
+
+def write_pairs(folder: Path, split: str, n: int) -> tuple[Path, Path]:
+    rng = random.Random(split)
+    src = [" ".join(rng.sample(WORDS, rng.randint(2, 5))) for _ in range(n)]
+    paths = folder / f"{split}.en", folder / f"{split}.de.gz"
+    paths[0].write_text("".join(f"{s}\n" for s in src), encoding="utf-8")
+    paths[1].write_bytes(gzip.compress("".join(f"{' '.join(reversed(s.split()))}\n" for s in src).encode()))
+    return paths
+
+
+def tiny_training(out: Path) -> list[str]:
+    flags = ["--out", str(out), "--epochs", "1", "--max-tokens", "256", "--device", "cpu", "--warmup", "10"]
+    for size in SIZES:
+        flags += ["--set", size]
+    return flags
+
+
+def test_prepare_then_train_on_the_prepared_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train, valid = write_pairs(tmp_path, "train", 120), write_pairs(tmp_path, "val", 10)
+    prepared = tmp_path / "prepared"
+    args = ["--train-files", *map(str, train), "--valid-files", *map(str, valid), "--vocab-size", "64"]
+    assert main(["prepare", *args, "--out", str(prepared)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["train"]["kept"] == 120 and "pairs/s" in err
+    assert main(["train", "--prepared", str(prepared), *tiny_training(tmp_path / "model")]) == 0
+    record = json.loads((tmp_path / "model" / "training.json").read_text())
+    assert record["data"]["sources"]["train"]["files"][1]["path"] == str(train[1])
+    config = json.loads((tmp_path / "model" / "config.json").read_text())["model"]
+    assert (config["src_lang"], config["tgt_lang"]) == ("en", "de")  # from the file names
+
+
+def test_train_on_a_tsv_prepares_into_the_model_folder(tmp_path: Path) -> None:
+    rng = random.Random(0)
+    for split, n in (("train", 100), ("valid", 10)):
+        rows = [" ".join(rng.sample(WORDS, 3)) for _ in range(n)]
+        (tmp_path / f"{split}.en-de.tsv").write_text("".join(f"{r}\t{r.upper()}\n" for r in rows), encoding="utf-8")
+    flags = ["--train-tsv", str(tmp_path / "train.en-de.tsv"), "--valid-tsv", str(tmp_path / "valid.en-de.tsv")]
+    assert main(["train", *flags, *tiny_training(tmp_path / "model")]) == 0
+    assert (tmp_path / "model" / "data" / "train.src.bin").is_file()
+    assert json.loads((tmp_path / "model" / "training.json").read_text())["data"]["sources"]["train"]["kind"] == "tsv"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: ["--train-files", *map(str, write_pairs(d, "train", 5))], "--train-files needs --valid-files"),
+        (
+            lambda d: [
+                "--train-files",
+                str(write_pairs(d, "train", 5)[0]),
+                str(write_pairs(d, "short", 4)[1]),
+                "--valid-files",
+                *map(str, write_pairs(d, "val", 3)),
+            ],
+            "train.en has 5 lines but",
+        ),
+        (lambda d: ["--src", "en", "--tgt", "en"], "--src and --tgt must differ"),
+        (lambda d: ["--train-tsv", "a.tsv", "--hf", "x"], "give one corpus, not --train-tsv and --hf"),
+    ],
+)
+def test_bad_corpora_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, message: str
+) -> None:
+    code = main(["train", *make(tmp_path), "--out", str(tmp_path / "m")])  # type: ignore[operator]
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("aiayn train: error: ") and message in err and "Traceback" not in err
