@@ -23,7 +23,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def add_bench(sub: Any) -> None:
     p = sub.add_parser("bench", help="decoding speed against CTranslate2 and the tutorials' decoding")
     add_model_flag(p)
-    p.add_argument("--quick", action="store_true", help="fewer sentences, one repetition (about 2 minutes)")
+    p.add_argument("--quick", action="store_true", help="fewer sentences, one repetition (under a minute on 2 cores)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)
     p.set_defaults(func=cmd_bench)

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
 
 ENGINES = ("onnx", "torch")
+
+
+def installed_engine() -> str:
+    """The engine a command takes when none is named: PyTorch where it is installed (the full install),
+    else ONNX Runtime (the serve-only install). Looked up, not imported: importing torch takes seconds."""
+    try:
+        return "torch" if importlib.util.find_spec("torch") is not None else "onnx"
+    except (ImportError, ValueError):  # an import hook that refuses torch, or a broken installation
+        return "onnx"
 
 
 def load_engine(
