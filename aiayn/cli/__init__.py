@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aiayn.cli.args import UserError
+from aiayn.cli.args import HelpFormatter, UserError
 from aiayn.cli.bench import add_bench
 from aiayn.cli.evaluate import add_eval
 from aiayn.cli.export import add_export
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_translate(sub)
     add_serve(sub)
     add_bench(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
     return parser
 
 

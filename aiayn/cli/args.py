@@ -14,6 +14,15 @@ DATA_HELP = "Multi30k folder (default: AIAYN_DATA, ../shared, or download)"
 MODEL_HELP = "bundled model name (en-de, de-en) or model folder"
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's help ends with its default, unless there is none to show (unset, off, empty)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -21,6 +30,13 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535, got {text!r}")
     return value
 
 
@@ -58,9 +74,7 @@ def add_data_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--device", choices=DEVICES, default="auto", help="ONNX execution provider (default auto: CUDA if it works)"
-    )
+    p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider; auto: CUDA if it works")
     p.add_argument(
         "--threads", type=positive_int, default=None, help="ONNX Runtime threads per graph (default: cores, ≤ 4)"
     )

@@ -21,8 +21,8 @@ def add_corpus_flags(p: argparse.ArgumentParser) -> None:
     files.add_argument("--valid-tsv", metavar="FILE", help="its validation file")
     files.add_argument("--hf", metavar="NAME", help="Hugging Face dataset: a save_to_disk folder or a hub name")
     files.add_argument("--hf-config", default=None, help="the hub dataset's subset, e.g. de-en")
-    files.add_argument("--hf-train-split", default="train")
-    files.add_argument("--hf-valid-split", default="validation")
+    files.add_argument("--hf-train-split", default="train", help="the dataset split to train on")
+    files.add_argument("--hf-valid-split", default="validation", help="the dataset split to validate on")
     files.add_argument("--hf-column", default="translation", help="the column of {language: text} rows")
     p.add_argument(
         "--max-length",

@@ -12,21 +12,21 @@ from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_i
 from aiayn.core.contract import VARIANTS
 from aiayn.data.multi30k import SPLITS
 from aiayn.engines import DEVICES
-from aiayn.engines.load import ENGINES
+from aiayn.engines.load import ENGINES, installed_engine, load_engine
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from aiayn.core.folder import ModelFolder
-    from aiayn.engines.load import load_engine
     from aiayn.evaluation.evaluate import evaluate, load_split_for, tune_length_penalty
 
     folder = ModelFolder.open(args.model)
     corpus = load_split_for(folder, args.split, args.data)
     if args.limit:
         corpus = corpus.head(args.limit)
-    engine = load_engine(folder, args.engine, args.device, args.variant)
+    engine_name = args.engine or installed_engine()
+    engine = load_engine(folder, engine_name, args.device, args.variant)
     print(
-        f"engine {args.engine} ({args.variant}), execution provider: {getattr(engine, 'provider', 'PyTorch')}",
+        f"engine {engine_name} ({args.variant}), execution provider: {getattr(engine, 'provider', 'PyTorch')}",
         file=sys.stderr,
     )
     translator = folder.translator(engine)
@@ -44,7 +44,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         "model": str(folder.path),
         "split": result.split,
         "sentences": result.sentences,
-        "engine": args.engine,
+        "engine": engine_name,
         "variant": args.variant,
         "beam": args.beam,
         "length_penalty": settings.length_penalty,
@@ -58,7 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         return
     s = result.scores
     print(
-        f"{folder.name} {result.split} ({result.sentences} sentences, {args.engine}, beam {args.beam}, "
+        f"{folder.name} {result.split} ({result.sentences} sentences, {engine_name}, beam {args.beam}, "
         f"length penalty {settings.length_penalty})"
     )
     print(f"BLEU            {s.bleu:6.2f}  {s.bleu_signature}")
@@ -84,7 +84,9 @@ def add_eval(sub: Any) -> None:
         metavar="A,B,...",
         help="with --split val: score each α and keep the best in the folder's config.json",
     )
-    p.add_argument("--engine", choices=ENGINES, default="torch")
+    p.add_argument(
+        "--engine", choices=ENGINES, default=None, help="default: torch where PyTorch is installed, else onnx"
+    )
     p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
     p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")

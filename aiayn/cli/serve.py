@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from aiayn.cli.args import DEVICES, add_engine_flags, add_model_flag
+from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, port_number
+from aiayn.core.text import split_lines
 from aiayn.engines.load import ENGINES
 
 __all__ = ["DEVICES", "add_serve", "add_translate"]
+
+
+CHUNK_LINES = 256  # lines searched together (batched by length) before their translations are written
 
 
 def read_input(args: argparse.Namespace) -> list[str]:
@@ -18,17 +23,27 @@ def read_input(args: argparse.Namespace) -> list[str]:
     if args.text is not None and args.input is not None:
         raise ValueError("give either TEXT or --input FILE, not both")
     if args.text is not None:
-        return args.text.splitlines() or [""]
+        return split_lines(args.text) or [""]
     if args.input is not None and not Path(args.input).is_file():
         raise FileNotFoundError(f"--input {args.input}: no such file")
     if args.input is None and sys.stdin.isatty():
         print("reading standard input, one sentence or paragraph per line (Ctrl-D to end)", file=sys.stderr)
     raw = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
     try:
-        return raw.decode("utf-8-sig").splitlines()
+        return split_lines(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as err:
         source = args.input or "standard input"
         raise ValueError(f"{source} is not UTF-8 text (byte {err.start}); convert it to UTF-8 first") from None
+
+
+def open_output(path: str | None) -> AbstractContextManager[TextIO]:
+    """--output FILE (UTF-8, written as it goes), else standard output."""
+    if path is None:
+        return nullcontext(sys.stdout)
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"--output {path}: cannot write it ({err.strerror})") from None
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -40,35 +55,64 @@ def cmd_translate(args: argparse.Namespace) -> None:
     model = TranslationService(args.engine, args.device, args.threads).model(args.model)
     engine = getattr(model.engine, "name", args.engine)
     print(f"model {model.folder.path}, engine {engine}, execution provider: {model.provider}", file=sys.stderr)
-    # One line in, one line out; all sentences go through the search together, batched by length.
-    prepared = model.prepare("\n".join(lines))
-    with tqdm(total=len(prepared.src_ids), unit="sentence", disable=args.input is None, file=sys.stderr) as bar:
-        done = model.run(prepared, args.beam, on_batch=bar.update)
-    if done.left_out:
-        print(f"not in the model's vocabulary, left out: {' '.join(done.left_out)}", file=sys.stderr)
-    if done.kept:
-        print(f"{done.kept} sentence(s) without a known word kept as they are", file=sys.stderr)
-    translations = done.text.split("\n") if lines else []
-    for line in translations + [""] * (len(lines) - len(translations)):
-        print(line)
+    # One line in, one line out. The lines go in chunks: a chunk's sentences are searched together, batched by
+    # length, and its translations written (and flushed) before the next chunk starts.
+    chunks = [model.prepare(lines[start : start + CHUNK_LINES]) for start in range(0, len(lines), CHUNK_LINES)]
+    left_out: set[str] = set()
+    kept, refused = 0, []
+    total = sum(len(chunk.src_ids) for chunk in chunks)
+    progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
+    with progress as bar, open_output(args.output) as out:
+        for number, prepared in enumerate(chunks):
+            done = model.run(prepared, args.beam, on_batch=bar.update)
+            translations = done.text.split("\n")
+            missing = len(prepared.shape.lines) - len(translations)
+            out.write("\n".join(translations + [""] * missing) + "\n")
+            out.flush()
+            left_out.update(done.left_out)
+            kept += done.kept
+            refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in prepared.refusals()]
+    report(sorted(left_out), kept, refused)
+
+
+def report(left_out: list[str], kept: int, refused: list[tuple[int, str]]) -> None:
+    """What the translation left out or kept, on stderr; lines not translated end it with an error."""
+    if left_out:
+        print(f"not in the model's vocabulary, left out: {' '.join(left_out)}", file=sys.stderr)
+    if kept:
+        print(f"{kept} sentence(s) without a known word kept as they are", file=sys.stderr)
+    for line, reason in refused:
+        print(f"line {line}: not translated: {reason}", file=sys.stderr)
+    if refused:
+        numbers = ", ".join(str(line) for line, _ in refused)
+        raise UserError(f"{len(refused)} sentence(s) not translated, on line(s) {numbers}; the rest is translated")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from aiayn.serve.app import build_app, launch
+    from aiayn.serve.app import build_app, check_port, launch
     from aiayn.serve.service import TranslationService
 
+    check_port(args.host, args.port)
     service = TranslationService("onnx", args.device, args.threads)
     app = build_app(service, args.model)
+    launch(app, args.host, args.port, args.share, block=False)
     names = ", ".join(service.models)
     provider = next(iter(service.models.values())).provider
-    print(f"serving {names} with ONNX Runtime on {provider} at http://{args.host}:{args.port}", file=sys.stderr)
-    launch(app, args.host, args.port, args.share)
+    public = f" and {app.share_url}" if app.share_url else ""
+    print(f"serving {names} with ONNX Runtime on {provider} at http://{args.host}:{args.port}{public}", file=sys.stderr)
+    app.block_thread()  # until Ctrl-C
 
 
 def add_translate(sub: Any) -> None:
     p = sub.add_parser("translate", help="translate text with a model folder (ONNX Runtime by default)")
     p.add_argument("text", nargs="?", default=None, help="text to translate (default: --input FILE or standard input)")
     p.add_argument("--input", default=None, metavar="FILE", help="UTF-8 text file, one sentence or paragraph per line")
+    p.add_argument(
+        "--output",
+        default=None,
+        metavar="FILE",
+        help=f"write the translations to FILE (UTF-8), every {CHUNK_LINES} lines as they are done (default: stdout)",
+    )
     add_model_flag(p)
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="beam size; 1 is greedy")
     p.add_argument(
@@ -86,7 +130,7 @@ def add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="start the translation page and its API (Gradio)")
     p.add_argument("--model", action="append", default=None, help="bundled model name or folder (repeatable)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--port", type=port_number, default=7860, help="TCP port to listen on")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     add_engine_flags(p)
     p.set_defaults(func=cmd_serve)

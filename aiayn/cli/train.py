@@ -9,6 +9,8 @@ from typing import Any
 
 from aiayn.cli.args import UserError, config_override, positive_int
 from aiayn.cli.corpus import add_corpus_flags, corpus_sources
+from aiayn.core.config import PRESETS
+from aiayn.train.options import TrainOptions
 
 PRECISIONS = ("auto", "fp32", "bf16")  # train.precision's, named here so that --help needs no torch
 
@@ -16,7 +18,6 @@ PRECISIONS = ("auto", "fp32", "bf16")  # train.precision's, named here so that -
 def cmd_train(args: argparse.Namespace) -> None:
     from aiayn.core.folder import resolve_model
     from aiayn.train.loop import train
-    from aiayn.train.options import TrainOptions
 
     options = TrainOptions(
         out=args.out,
@@ -29,6 +30,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         seed=args.seed,
         device=args.device,
         average_last=args.average_last,
+        checkpoint_every=args.checkpoint_every,
         resume=args.resume,
         max_steps=args.max_steps,
         time_limit_minutes=args.time_limit,
@@ -55,7 +57,7 @@ def add_train(sub: Any) -> None:
     add_corpus_flags(p)
     p.add_argument("--prepared", type=Path, default=None, metavar="DIR", help="train on what `aiayn prepare` wrote")
     p.add_argument("--out", required=True, type=Path, help="model folder to write")
-    p.add_argument("--preset", default="tiny", help="architecture preset: tiny or base (default tiny)")
+    p.add_argument("--preset", default="tiny", choices=tuple(PRESETS), help="architecture preset (base: Table 3's)")
     p.add_argument(
         "--set",
         action="append",
@@ -64,7 +66,7 @@ def add_train(sub: Any) -> None:
         metavar="FIELD=VALUE",
         help="change one config field of the preset, e.g. --set dropout=0.3 (repeatable)",
     )
-    p.add_argument("--epochs", type=positive_int, default=60)
+    p.add_argument("--epochs", type=positive_int, default=60, help="epochs to train")
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
     p.add_argument(
         "--update-freq",
@@ -92,12 +94,19 @@ def add_train(sub: Any) -> None:
         default=None,
         help="warm-up steps of eq. 3 (default: as the run it goes on from, with --resume or --init-from; else 4000)",
     )
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm")
-    p.add_argument("--average-last", type=int, default=0, help="average the last N epoch checkpoints at the end")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--label-smoothing", type=float, default=0.1, help="ε of §5.4's label smoothing")
+    p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm (default: no clipping)")
+    p.add_argument("--average-last", type=int, default=0, help="average the last N (≥ 2) epoch checkpoints at the end")
+    p.add_argument("--seed", type=int, default=1, help="random seed (initialisation, dropout, batch order)")
+    p.add_argument("--device", default="auto", help="auto (CUDA if PyTorch sees a GPU), cpu or cuda")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=TrainOptions.checkpoint_every,
+        metavar="STEPS",
+        help="steps between the checkpoints --resume goes on from (one is also written after every epoch)",
+    )
     p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps")
     p.add_argument(
         "--time-limit",

@@ -36,6 +36,10 @@ DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 # from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
 MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
 TRAIN_FIX = "re-create the folder with `aiayn train`"
+WEIGHTS_FIX = (
+    "restore it from where it came from (`git checkout -- pretrained/` for a bundled model) "
+    "or re-create the folder with `aiayn train`"
+)
 
 # The bundled, trained folders live beside the package in a checkout (pip install -e .).
 PRETRAINED_DIR = Path(os.environ.get("AIAYN_PRETRAINED", Path(__file__).resolve().parents[2] / "pretrained"))
@@ -50,18 +54,39 @@ def bundled_models() -> dict[str, Path]:
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
-    """A bundled model's short name or a folder path → the folder, checked to exist."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
+    """A bundled model's short name or a folder path → the folder, checked to exist.
+
+    A bundled name wins over a folder of that name in the current directory: ``en-de`` is the bundled model
+    wherever the command runs, and such a folder is named as a path (``./en-de``), which no bundled name is.
+    """
     bundled = bundled_models()
     if str(name_or_path) in bundled:
         return bundled[str(name_or_path)]
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
     names = ", ".join(bundled) or "none found in " + str(PRETRAINED_DIR)
     raise FileNotFoundError(
         f"model {str(name_or_path)!r} is neither a folder nor a bundled model (bundled: {names}); "
         "pass a folder written by `aiayn train`"
     )
+
+
+def safetensors_damage(path: Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file, or None. The layout: an 8-byte little-endian header size,
+    a JSON header giving each tensor's byte range, then the data, which must end exactly where the file does."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        header_size = int.from_bytes(f.read(8), "little")
+        if size < 8 or 8 + header_size > size:
+            return f"{size} bytes, fewer than its header needs"
+        try:
+            header = json.loads(f.read(header_size))
+            data_end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):  # not JSON, or not safetensors' JSON
+            return "its header is not a safetensors header"
+    expected = 8 + header_size + data_end
+    return None if size == expected else f"{size} bytes where its header says {expected}"
 
 
 def read_sections(path: Path) -> dict[str, Any]:
@@ -150,6 +175,12 @@ class ModelFolder:
     def weights_sha256(self) -> str:
         """sha256 of model.safetensors: ties exported graphs to the exact weights they came from."""
         return hashlib.sha256(self.weights_file.read_bytes()).hexdigest()
+
+    def check_weights(self) -> None:
+        """Refuse a damaged model.safetensors (cut short by a copy or a download) before any engine reads it."""
+        damage = safetensors_damage(self.weights_file)
+        if damage:
+            raise ValueError(f"{self.weights_file} is damaged ({damage}); {WEIGHTS_FIX}")
 
     def section(self, name: str) -> dict[str, Any]:
         """One section of config.json (``onnx``, ``search``); empty when the folder has none."""

@@ -15,6 +15,10 @@ MAX_SENTENCE_TOKENS = 200  # longer sentences are split at word boundaries; the 
 SENTENCE_END = re.compile(r"[.!?…]+[\"'’”»)\]]*\s+")
 OPENING = "\"'‘“„«(["
 ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "vs", "etc", "nr", "bzw", "ca", "z.b", "u.a", "usw"})
+# Only \n, \r\n and \r end a line. str.splitlines also breaks at these (vertical tab, form feed, the file, group
+# and record separators, NEL, U+2028, U+2029): inside a line they are white space, so one line stays one line.
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+OTHER_BREAKS = re.compile("[\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 class InputTooLong(ValueError):
@@ -62,11 +66,19 @@ def split_sentences(line: str) -> list[str]:
     return [piece for piece in pieces if piece]
 
 
-def layout(text: str) -> Layout:
-    """Split into lines, and lines into sentences; blank lines stay blank."""
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` (a final line break adds no empty line), the other breaks turned into spaces."""
+    lines = LINE_BREAK.split(OTHER_BREAKS.sub(" ", text))
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def layout(text: str | list[str]) -> Layout:
+    """Split into lines (unless given as lines), and lines into sentences; blank lines stay blank."""
     sentences: list[str] = []
     lines: list[list[int]] = []
-    for line in text.splitlines():
+    for line in split_lines(text) if isinstance(text, str) else text:
         parts = split_sentences(line)
         lines.append(list(range(len(sentences), len(sentences) + len(parts))))
         sentences.extend(parts)

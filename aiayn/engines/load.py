@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
@@ -11,6 +12,15 @@ from aiayn.core.folder import ModelFolder
 # torch: PyTorch itself.
 ENGINES = ("onnx", "onnx-portable", "torch")
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
+
+
+def installed_engine() -> str:
+    """The engine a command takes when none is named: PyTorch where it is installed (the full install),
+    else ONNX Runtime (the serve-only install). Looked up, not imported: importing torch takes seconds."""
+    try:
+        return "torch" if importlib.util.find_spec("torch") is not None else "onnx"
+    except (ImportError, ValueError):  # an import hook that refuses torch, or a broken installation
+        return "onnx"
 
 
 def load_engine(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from aiayn.core.folder import ModelFolder
 from aiayn.model.transformer import Transformer
@@ -19,7 +19,9 @@ def save_weights(model: Transformer, folder: ModelFolder) -> None:
     """Write ``model.safetensors`` atomically (temp file + rename)."""
     state = {name: tensor.detach().to("cpu", STORAGE_DTYPE).contiguous() for name, tensor in model.state_dict().items()}
     tmp = folder.weights_file.with_name(folder.weights_file.name + ".tmp")
-    save_file(state, str(tmp), metadata={"format": "pt", "config_fingerprint": model.config.fingerprint()})
+    # Written by Python's open, so the file's mode follows the umask like the folder's other files
+    # (safetensors' own save_file creates it 0600).
+    tmp.write_bytes(save(state, metadata={"format": "pt", "config_fingerprint": model.config.fingerprint()}))
     tmp.replace(folder.weights_file)
     folder.__dict__.pop("weights_sha256", None)  # the cached hash is of the old file
 
@@ -44,6 +46,7 @@ def load_state_strict(model: Transformer, state: dict[str, torch.Tensor], source
 
 def load_folder_weights(model: Transformer, folder: ModelFolder) -> None:
     """Copy the folder's ``model.safetensors`` into ``model`` (strictly)."""
+    folder.check_weights()
     load_state_strict(model, load_file(str(folder.weights_file)), str(folder.weights_file))
 
 

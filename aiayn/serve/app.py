@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import html
+import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import numpy as np
@@ -18,6 +20,10 @@ from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, Transl
 CONCURRENCY_LIMIT = 16
 MAX_QUEUE = 64  # requests waiting beyond that are refused with "queue is full"
 MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
+# Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
+# sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
+# switching the heatmap's head asks to translate again.
+SESSIONS_KEPT = 100
 HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
 VAL_EXAMPLES = 6
 FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the corpus is absent, as on a Space
@@ -82,11 +88,35 @@ def heatmap_html(attention: Attention | None, head: str) -> str:
     )
 
 
+def user_error(message: str) -> gr.Error:
+    """A bad input's message for the page and the API, without the traceback Gradio would print in the server
+    log for every one. Gradio shows the message as HTML: the user's own text in it is escaped."""
+    return gr.Error(html.escape(message, quote=False), print_exception=False)
+
+
+def beam_size_of(value: Any) -> int:
+    """The beam size as the page or the API sent it: a whole number from 1 to MAX_BEAM, else a user error.
+    (Gradio's own check of the slider fails on text or None with a generic error, and rounds 2.7 to 2.)"""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
+        raise user_error(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {value!r}")
+    try:
+        gr.Number.raise_if_out_of_bounds(value, 1, MAX_BEAM)  # in the words of the page's slider
+    except gr.Error as err:
+        raise user_error(str(err.message)) from None
+    return int(value)
+
+
+def upload_path(payload: Any) -> str | None:
+    """The server path of an uploaded file as Gradio hands it over unprocessed (already checked to be one of
+    its uploads, in its cache), or None when the upload was cleared."""
+    return payload.get("path") if isinstance(payload, dict) else None
+
+
 def read_upload(path: str) -> str:
     try:
         return Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise gr.Error(
+        raise user_error(
             f"the file is not UTF-8 text (byte {err.start} cannot be read); save it as UTF-8 and upload it again"
         ) from None
 
@@ -100,23 +130,33 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
     provider = models[names[0]].provider
     downloads = Path(tempfile.mkdtemp(prefix="aiayn-downloads-"))
 
-    def translate(text: str, direction: str, beam_size: float) -> tuple[str, str, Attention | None]:
+    # The API's two endpoints take their inputs unprocessed (preprocess=False) and check them here: Gradio's own
+    # checks answer a bad beam size with a generic error, and print a traceback in the log for every refusal.
+    def model_name(direction: Any) -> str:
+        if direction not in names:
+            raise user_error(f"{direction} is not in the list of choices: {', '.join(names)}")
+        return str(direction)
+
+    def translate(text: Any, direction: Any, beam_size: Any) -> tuple[str, str, Attention | None]:
         """Translate up to 5000 characters; returns the translation and a line with latency and execution provider."""
+        model, beam = model_name(direction), beam_size_of(beam_size)
         try:
-            result = service.translate(text or "", direction, int(beam_size), with_attention=True)
+            result = service.translate("" if text is None else str(text), model, beam, with_attention=True)
         except ValueError as err:
-            raise gr.Error(str(err)) from None
+            raise user_error(str(err)) from None
         return result.text, status_line(result), result.attention
 
-    def translate_file(path: str | None, direction: str, beam_size: float) -> str | None:
+    def translate_file(upload: Any, direction: Any, beam_size: Any) -> str | None:
         """Translate an uploaded UTF-8 .txt file line by line into a file to download."""
+        path = upload_path(upload)
         if path is None:
             return None
+        model, beam = model_name(direction), beam_size_of(beam_size)
         try:
-            translated = service.translate_file(read_upload(path), direction, int(beam_size))
+            translated = service.translate_file(read_upload(path), model, beam)
         except ValueError as err:
-            raise gr.Error(str(err)) from None
-        out = Path(tempfile.mkdtemp(dir=downloads)) / f"{Path(path).stem}.{direction}.txt"
+            raise user_error(str(err)) from None
+        out = Path(tempfile.mkdtemp(dir=downloads)) / f"{Path(path).stem}.{model}.txt"
         out.write_text(translated + "\n", encoding="utf-8")
         return str(out)
 
@@ -140,11 +180,11 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
         with gr.Row():
             direction = gr.Dropdown(names, value=names[0], label="Direction", elem_id="direction", scale=3)
             swap_button = gr.Button("⇄ Swap", elem_id="swap-button", scale=1)
-            beam = gr.Slider(1, MAX_BEAM, value=4, step=1, label="Beam size (1 = greedy)", scale=3)
+            beam = gr.Slider(1, MAX_BEAM, value=4, step=1, precision=0, label="Beam size (1 = greedy)", scale=3)
         with gr.Row():
             source = gr.Textbox(lines=6, label="Source text", elem_id="source-text")
             output = gr.Textbox(lines=6, label="Translation", elem_id="translation", buttons=["copy"])
-        status = gr.Markdown(elem_id="status")
+        status = gr.Markdown(label="Status", elem_id="status")  # the label names the API's second output
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate-button")
         examples = gr.Dataset(
             components=[source], samples=[[s] for s in first_examples], label=examples_label, elem_id="examples"
@@ -165,25 +205,54 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             [output, status, attention],
             api_name="translate",
             concurrency_limit=CONCURRENCY_LIMIT,
+            preprocess=False,
         ).success(heatmap_html, [attention, head], heatmap, api_visibility="private")
         head.change(heatmap_html, [attention, head], heatmap, api_visibility="private")
         swap_button.click(swap, [direction, source, output], [direction, source, output], api_visibility="private")
         direction.change(change_direction, direction, [examples, head, attention], api_visibility="private")
         examples.click(lambda sample: sample[0], examples, source, api_visibility="private")
         upload.upload(
-            translate_file, [upload, direction, beam], download, api_name="translate_file", concurrency_limit=1
+            translate_file,
+            [upload, direction, beam],
+            download,
+            api_name="translate_file",
+            concurrency_limit=1,
+            preprocess=False,
         )
     app.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=MAX_QUEUE)
     return app
 
 
-def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, block: bool = True) -> None:
-    """Serve the page; ``block=False`` returns once the server is up (for tests)."""
-    app.launch(
-        server_name=host,
-        server_port=port,
-        share=share,
-        max_file_size=MAX_UPLOAD,
-        prevent_thread_lock=not block,
-        quiet=not block,
+def port_error(host: str, port: int) -> ValueError:
+    return ValueError(
+        f"cannot listen on {host}:{port}: the port is in use (or {host} is not an address of this machine); "
+        "stop what listens there or choose another --port"
     )
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port that cannot be listened on before the models load (``launch`` only finds out after)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: only a listener blocks
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise port_error(host, port) from None
+
+
+def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, block: bool = True) -> None:
+    """Serve the page; ``block=False`` returns once the server is up. A port in use is one clear error."""
+    try:
+        app.launch(
+            server_name=host,
+            server_port=port,
+            share=share,
+            max_file_size=MAX_UPLOAD,
+            prevent_thread_lock=True,
+            quiet=not block,
+            state_session_capacity=SESSIONS_KEPT,
+        )
+    except OSError:  # Gradio's "Cannot find empty port", whatever the cause
+        raise port_error(host, port) from None
+    if block:
+        app.block_thread()

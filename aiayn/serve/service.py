@@ -17,6 +17,7 @@ from aiayn.core.folder import ModelFolder
 from aiayn.core.text import (
     MAX_FILE_CHARS,
     MAX_SENTENCE_TOKENS,
+    InputTooLong,
     Layout,
     check_length,
     layout,
@@ -46,6 +47,11 @@ class Prepared:
     src_ids: list[list[int]]
     owner: list[int]  # piece → index of its sentence in ``shape.sentences``
     left_out: list[str]  # characters outside the vocabulary, removed from the sentences translated
+    refused: dict[int, str]  # sentence index → why it cannot be translated (a single word over the token limit)
+
+    def refusals(self) -> list[tuple[int, str]]:
+        """(line index, reason) for each refused sentence, in the order of the text."""
+        return [(i, self.refused[s]) for i, line in enumerate(self.shape.lines) for s in line if s in self.refused]
 
 
 @dataclass(frozen=True)
@@ -94,23 +100,29 @@ class LoadedModel:
         unk = self.config.special_tokens.unk
         return {ch for ch in set(text) if not ch.isspace() and unk in self.tokenizer.encode(ch)}
 
-    def prepare(self, text: str) -> Prepared:
+    def prepare(self, text: str | list[str]) -> Prepared:
         """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
-        out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is."""
+        out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is.
+        A sentence that cannot be cut to the token limit is refused alone, so the rest still translates."""
         shape = layout(text)
-        unknown = self.unknown_characters(text)
+        unknown = self.unknown_characters(" ".join(shape.sentences))
         src_ids: list[list[int]] = []
         owner: list[int] = []
         left_out: set[str] = set()
+        refused: dict[int, str] = {}
         for index, sentence in enumerate(shape.sentences):
             known = " ".join("".join(ch for ch in sentence if ch not in unknown).split())
             if not any(ch.isalnum() for ch in known):
                 continue
+            try:
+                pieces = split_long(known, self.count_tokens, self.sentence_limit)
+            except InputTooLong as err:
+                refused[index] = str(err)
+                continue
             left_out.update(ch for ch in sentence if ch in unknown)
-            for piece in split_long(known, self.count_tokens, self.sentence_limit):
-                src_ids.append(self.translator.source_ids(piece))
-                owner.append(index)
-        return Prepared(shape, src_ids, owner, sorted(left_out))
+            src_ids.extend(self.translator.source_ids(piece) for piece in pieces)
+            owner.extend([index] * len(pieces))
+        return Prepared(shape, src_ids, owner, sorted(left_out), refused)
 
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
@@ -119,15 +131,19 @@ class LoadedModel:
 
     def translate(self, text: str, beam_size: int) -> Translation:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
-        other requests of the moment (``batching.py``)."""
+        other requests of the moment (``batching.py``); refused whole if any sentence is."""
         prepared = self.prepare(text)
+        refusals = prepared.refusals()
+        if refusals:
+            line, reason = refusals[0]
+            raise InputTooLong(f"line {line + 1}: {reason}")
         settings = replace(self.search, beam_size=beam_size)
         return self.assemble(prepared, self.batcher.translate_ids(prepared.src_ids, settings))
 
     def assemble(self, prepared: Prepared, out_ids: list[list[int]]) -> Translation:
         """The pieces' output ids back into sentences and lines."""
         per_sentence = list(prepared.shape.sentences)
-        for index in set(prepared.owner):
+        for index in {*prepared.owner, *prepared.refused}:
             per_sentence[index] = ""
         for index, ids in zip(prepared.owner, out_ids, strict=True):
             per_sentence[index] = f"{per_sentence[index]} {self.tokenizer.decode(ids)}".strip()
@@ -135,7 +151,7 @@ class LoadedModel:
             reassemble(prepared.shape, per_sentence) if per_sentence else "",
             len(per_sentence),
             prepared.left_out,
-            len(per_sentence) - len(set(prepared.owner)),
+            len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
             (prepared.src_ids[0], out_ids[0]) if out_ids else None,
         )
 

@@ -20,13 +20,18 @@ def save_atomic(obj: Any, path: Path) -> None:
     tmp.replace(path)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+# At the end of a run a resumed run goes straight to averaging, so it averages the checkpoints that are left.
+AVERAGE_FIX = "delete it and run the same command with --resume: the other epochs' checkpoints are averaged"
+
+
+def load_checkpoint(path: Path, fix: str = AVERAGE_FIX) -> dict[str, Any]:
+    """A checkpoint, or an error that names the file and ``fix``, what can be done without it."""
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}; start without --resume")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # a truncated or foreign file: say which and what to do
-        raise ValueError(f"checkpoint {path} cannot be read ({err}); delete it and resume from another") from err
+        raise ValueError(f"checkpoint {path} cannot be read ({err}); {fix}") from err
 
 
 def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:

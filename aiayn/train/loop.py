@@ -33,7 +33,7 @@ from aiayn.train.options import TrainOptions, learning_rate, with_schedule
 from aiayn.train.precision import resolve_precision
 from aiayn.train.progress import Progress
 from aiayn.train.record import write_record
-from aiayn.train.start import LAST_CHECKPOINT, Start, continued_config, decide, preset_config
+from aiayn.train.start import LAST_CHECKPOINT, RESUME_FIX, Start, continued_config, decide, preset_config
 from aiayn.train.step import accumulate_gradients
 from aiayn.train.validate import validate
 
@@ -108,7 +108,9 @@ class Trainer:
         self.progress = Progress(commands=[options.command])
         inherited: dict[str, Any] = {}  # the options of the run this one goes on from
         if start is Start.RESUME:
-            inherited = self.restore(load_checkpoint(self.checkpoint_dir / LAST_CHECKPOINT), options.command)
+            last = self.checkpoint_dir / LAST_CHECKPOINT
+            fix = RESUME_FIX.format(path=last, out=options.out)
+            inherited = self.restore(load_checkpoint(last, fix), options.command)
         elif parent is not None:
             # The parent's fp16 weights (perhaps an average); Adam starts afresh, eq. 3 where the parent left off.
             load_folder_weights(self.model, parent)
@@ -267,6 +269,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         self.model.train()
+        self.write_record()  # with this run's command, even if it is killed before its first epoch ends
         while progress.epoch < options.epochs and not self.out_of_time():
             started = time.perf_counter()
             for update in self.epoch_updates()[progress.batch_in_epoch :]:

@@ -13,6 +13,12 @@ from aiayn.core.config import PRESETS, ModelConfig
 from aiayn.core.folder import CHECKPOINT_DIR, ModelFolder
 
 LAST_CHECKPOINT = "last.pt"
+# --resume has only last.pt to go on from (the epoch checkpoints hold weights alone), so without it the run
+# starts again, or goes on from the best weights kept in the folder as a new, continued run.
+RESUME_FIX = (
+    "--resume cannot go on without it: delete {path} and run the command again without --resume to start over, "
+    "or train on from the folder's best weights into a new folder with --init-from {out} --out NEW_DIR"
+)
 # Config fields that --init-from may change: they alter training, not the weights' shapes or meaning.
 REGULARIZATION_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
 

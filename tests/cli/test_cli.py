@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +119,102 @@ def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str
     every_piece = " ".join(model.translator.translate(pieces, SearchSettings(beam_size=1)))
     assert model.translate(long_sentence, 1).text == every_piece  # nothing truncated, nothing dropped
     assert model.translate("", 4).text == "" and model.translate(" \n ", 4).text == ""
+
+
+@pytest.fixture
+def damaged_folder(bundled: dict[str, Path], tmp_path: Path) -> Path:
+    """A copy of the bundled en-de whose model.safetensors was cut short (an interrupted copy or download)."""
+    folder = tmp_path / "damaged"
+    shutil.copytree(bundled["en-de"], folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100_000])
+    return folder
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["translate", "--engine", "torch", "A dog."],
+        ["translate", "--engine", "onnx", "--device", "cpu", "A dog."],
+        ["eval", "--engine", "torch", "--limit", "1"],
+        ["export"],
+    ],
+    ids=["translate-torch", "translate-onnx", "eval", "export"],
+)
+def test_a_damaged_weights_file_is_one_line_naming_it_in_every_command(
+    damaged_folder: Path, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest, command: list[str]
+) -> None:
+    if command[0] == "eval":
+        request.getfixturevalue("multi30k_dir")  # eval reads its split before the weights
+    model = [str(damaged_folder)] if command[0] == "export" else ["--model", str(damaged_folder)]
+    code, out, err = run_cli([command[0], *model, *command[1:]], capsys)
+    lines = [line for line in err.splitlines() if line.startswith(f"aiayn {command[0]}: ")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err
+    assert f"{damaged_folder / 'model.safetensors'} is damaged (100000 bytes where its header says" in lines[0]
+    assert "restore it" in lines[0] and "exported from other weights" not in err
+
+
+def test_an_over_long_word_leaves_its_line_untranslated_and_the_rest_translated(
+    bundled: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    word = "x" * 2000  # one word of far more than MAX_SENTENCE_TOKENS tokens
+    source = tmp_path / "in.txt"
+    source.write_text(f"{LINES[0]}\n{word} {LINES[3]}\n{LINES[3]}\n{word}\n", encoding="utf-8")
+    code, out, err = run_cli(["translate", "--input", str(source), "--device", "cpu"], capsys)
+    assert code == 2 and "Traceback" not in err
+    # The sentence with the word is left out of its line (a line of one sentence stays blank); the rest translates.
+    assert out.splitlines() == [EXPECTED[0], "", EXPECTED[3], ""]
+    assert "line 2: not translated: a single word of" in err and "line 4: not translated:" in err
+    assert err.splitlines()[-1] == (
+        "aiayn translate: error: 2 sentence(s) not translated, on line(s) 2, 4; the rest is translated"
+    )
+
+
+def test_output_file_is_written_chunk_by_chunk_in_input_order(
+    bundled: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aiayn.cli.serve as cli_serve
+    from aiayn.serve.service import LoadedModel
+
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    written_before_each_chunk: list[list[str]] = []
+    search = LoadedModel.run
+
+    def run(self: LoadedModel, *args: Any, **kwargs: Any) -> Any:
+        written_before_each_chunk.append(target.read_text(encoding="utf-8").splitlines())
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(cli_serve, "CHUNK_LINES", 2)
+    monkeypatch.setattr(LoadedModel, "run", run)
+    code, out, _ = run_cli(["translate", "--input", str(source), "--output", str(target), "--device", "cpu"], capsys)
+    assert code == 0 and out == ""
+    assert target.read_text(encoding="utf-8").splitlines() == EXPECTED
+    assert written_before_each_chunk == [[], EXPECTED[:2]]  # the first chunk was on disk before the second ran
+
+
+def test_output_into_a_missing_folder_is_one_line(bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["translate", "--output", "/no/such/dir/out.txt", "--device", "cpu", "A dog."], capsys)
+    assert code == 2 and err.splitlines()[-1].startswith("aiayn translate: error: --output /no/such/dir/out.txt: ")
+
+
+@pytest.mark.parametrize("inside", ["\f", "\v", "\u2028", "\x85"])
+def test_only_real_line_breaks_make_output_lines(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str], inside: str
+) -> None:
+    code, out, _ = run_cli(["translate", "--device", "cpu", f"{LINES[0]}{inside}{LINES[3]}"], capsys)
+    assert code == 0 and out.split("\n") == [f"{EXPECTED[0]} {EXPECTED[3]}", ""]
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_never_says_serving(bundled: dict[str, Path]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "aiayn.cli", "serve", "--port", str(port), "--device", "cpu"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "serving" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"aiayn serve: error: cannot listen on 127.0.0.1:{port}: the port is in use (or 127.0.0.1 is not an "
+        "address of this machine); stop what listens there or choose another --port"
+    )

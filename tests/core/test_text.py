@@ -11,6 +11,7 @@ from aiayn.core.text import (
     check_length,
     layout,
     reassemble,
+    split_lines,
     split_long,
     split_sentences,
 )
@@ -62,3 +63,15 @@ def test_request_and_file_limits_are_stated() -> None:
         check_length("a" * (MAX_CHARS + 1))
     with pytest.raises(InputTooLong, match=f"the file has .* at most {MAX_FILE_CHARS}"):
         check_length("a" * (MAX_FILE_CHARS + 1), MAX_FILE_CHARS, "the file")
+
+
+@pytest.mark.parametrize("inside", ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_only_newline_and_carriage_return_break_lines(inside: str) -> None:
+    assert split_lines(f"A dog runs.{inside}A cat sleeps.\r\nTwo birds.\rEnd.\n") == [
+        "A dog runs. A cat sleeps.",
+        "Two birds.",
+        "End.",
+    ]
+    shape = layout(f"A dog runs.{inside}A cat sleeps.")
+    assert shape.sentences == ["A dog runs.", "A cat sleeps."] and len(shape.lines) == 1
+    assert split_lines("") == [] and split_lines("\n") == [""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import socket
 import statistics
 import subprocess
@@ -17,16 +18,21 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 
 SENTENCES = ["Two dogs play in the snow.", "A man in a blue shirt is riding a bike.", "A girl jumps into the pool."]
 STARTUP_TIMEOUT_S = 120
 LOAD_REQUESTS, LOAD_CLIENTS = 200, 8
+# Fresh visitor sessions for the memory measurement (minutes): AIAYN_MEMORY_SESSIONS=2000 pytest -s -k memory ...
+MEMORY_SESSIONS = int(os.environ.get("AIAYN_MEMORY_SESSIONS", "0"))
+MEMORY_GOAL_MIB, MEMORY_GOAL_SESSIONS = 20, 2000  # the goal: 2000 fresh sessions grow the server by 20 MB at most
 
 
 @dataclass(frozen=True)
 class Server:
     url: str
     pid: int
+    log: Path
 
 
 def free_port() -> int:
@@ -36,15 +42,18 @@ def free_port() -> int:
 
 
 def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the page answers and the server has said so (it prints "serving" once it serves, not before)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"`aiayn serve` exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(url, timeout=2):
-                return
+                if "serving" in log.read_text():
+                    return
         except OSError:
-            time.sleep(0.5)
+            pass
+        time.sleep(0.5)
     pytest.fail(f"`aiayn serve` did not answer within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
@@ -71,7 +80,7 @@ def server(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
     try:
         wait_until_up(url, process, log)
         assert "serving en-de, de-en with ONNX Runtime on CPUExecutionProvider" in log.read_text()
-        yield Server(url, process.pid)
+        yield Server(url, process.pid, log)
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -182,3 +191,58 @@ def test_concurrent_load_matches_serial_answers(server: Server) -> None:
         f"median {statistics.median(latencies):.0f} ms, p95 {latencies[int(0.95 * len(latencies)) - 1]:.0f} ms; "
         f"server RSS {rss:.0f} MiB (peak {peak:.0f} MiB)"
     )
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (("en-de", "abc"), "beam size must be a whole number from 1 to 8, got 'abc'"),
+        (("en-de", None), "beam size must be a whole number from 1 to 8, got None"),
+        (("en-de", 2.7), "beam size must be a whole number from 1 to 8, got 2.7"),
+        (("en-de", 0), "Value 0 is less than minimum value 1"),
+        ((None, 4), "None is not in the list of choices: en-de, de-en"),
+    ],
+)
+def test_bad_api_inputs_are_refused_by_name_without_a_traceback_in_the_log(
+    server: Server, client: Client, tmp_path: Path, inputs: tuple[object, object], message: str
+) -> None:
+    log_before = server.log.read_text()
+    with pytest.raises(AppError, match=re.escape(message)):
+        client.predict(SENTENCES[0], *inputs, api_name="/translate")
+    upload = tmp_path / "lines.txt"
+    upload.write_text(SENTENCES[0], encoding="utf-8")
+    with pytest.raises(AppError, match=re.escape(message)):
+        client.predict(handle_file(str(upload)), *inputs, api_name="/translate_file")
+    with pytest.raises(AppError, match="has 6000 characters; at most 5000"):
+        translate(client, "x" * 6000)
+    assert "Traceback" not in server.log.read_text()[len(log_before) :]
+    assert translate(client, SENTENCES[0], beam=2.0)[0] == cli_translate(SENTENCES[:1], beam=2)[0]
+
+
+def test_the_api_names_both_outputs_and_takes_no_text_as_empty(client: Client) -> None:
+    endpoint = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/translate"]
+    assert [output["label"] for output in endpoint["returns"]] == ["Translation", "Status"]
+    assert client.predict(None, "en-de", 4, api_name="/translate")[0] == ""
+
+
+@pytest.mark.skipif(not MEMORY_SESSIONS, reason="measures memory for minutes: set AIAYN_MEMORY_SESSIONS=2000")
+@pytest.mark.timeout(3600)
+def test_memory_of_fresh_sessions_stays_bounded(server: Server) -> None:
+    client = Client(server.url, verbose=False)
+
+    def visit() -> None:  # a new visitor: a session of its own, one translation
+        client.reset_session()
+        assert translate(client, SENTENCES[0], beam=1)[0]
+
+    for _ in range(20):  # the first requests allocate what every later one reuses
+        visit()
+    before, _ = rss_mib(server.pid)
+    started = time.perf_counter()
+    for _ in range(MEMORY_SESSIONS):
+        visit()
+    after, peak = rss_mib(server.pid)
+    print(
+        f"\n{MEMORY_SESSIONS} fresh sessions in {time.perf_counter() - started:.0f} s: server RSS {before:.1f} -> "
+        f"{after:.1f} MiB ({after - before:+.1f} MiB, peak {peak:.1f} MiB)"
+    )
+    assert after - before <= MEMORY_GOAL_MIB * max(1, MEMORY_SESSIONS / MEMORY_GOAL_SESSIONS)

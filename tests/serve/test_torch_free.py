@@ -60,3 +60,19 @@ def test_serve_path_runs_without_torch(bundled: dict[str, Path], tmp_path: Path)
     lines = [line for line in result.stdout.splitlines() if not line.startswith("Closing server")]
     assert lines == ["Zwei Hunde spielen im Schnee.", "Ein Mädchen springt.", "Two dogs play in the snow."]
     assert "the torch engine needs PyTorch" in result.stderr
+
+
+def test_eval_takes_the_onnx_engine_where_torch_is_missing(
+    bundled: dict[str, Path], multi30k_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    command = [sys.executable, "-m", "aiayn.cli", "eval", "--limit", "2", "--beam", "1", "--device", "cpu"]
+    result = subprocess.run(
+        [*command, "--data", str(multi30k_dir)],
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "engine onnx (fp32)" in result.stderr and "BLEU" in result.stdout

@@ -171,3 +171,22 @@ def test_init_from_refuses_another_pair_or_architecture(tmp_path: Path) -> None:
     (parent / TRAINING_RECORD_FILE).unlink()
     with pytest.raises(ValueError, match="has no training.json"):
         train(options(tmp_path / "c", init_from=parent, overrides={}), train_data, val)
+
+
+def test_a_resumed_run_is_recorded_before_its_first_epoch_ends(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    out = tmp_path / "m"
+    train(options(out, max_steps=1, command="aiayn train --out m"), train_data, val)
+    train(options(out, max_steps=2, resume=True, command="aiayn train --out m --resume"), train_data, val)
+    record = json.loads((out / TRAINING_RECORD_FILE).read_text())  # both runs killed mid-epoch
+    assert record["commands"] == ["aiayn train --out m", "aiayn train --out m --resume"] and record["steps"] == 1
+
+
+def test_a_damaged_last_checkpoint_says_what_can_be_done_instead(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    out = train(options(tmp_path / "m", max_steps=1), train_data, val)
+    (out / CHECKPOINT_DIR / "last.pt").write_bytes(b"cut short")
+    with pytest.raises(ValueError, match="cannot be read") as err:
+        train(options(out, resume=True), train_data, val)
+    assert f"delete {out / CHECKPOINT_DIR / 'last.pt'} and run the command again without --resume" in str(err.value)
+    assert f"--init-from {out} --out NEW_DIR" in str(err.value) and "resume from another" not in str(err.value)

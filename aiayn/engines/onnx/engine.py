@@ -79,6 +79,7 @@ class OnnxEngine:
         files = [folder.onnx_file(ENCODER_FILE, variant), folder.onnx_file(DECODER_FILE, variant)]
         fix = REEXPORT.format(folder=folder.path) + VARIANT_FLAGS[variant]
         folder.require([folder.config_file, folder.tokenizer_file, folder.weights_file, *files], fix)
+        folder.check_weights()  # else a damaged file shows up as a hash mismatch that blames the graphs
         config = folder.config
         threads = threads or min(4, os.cpu_count() or 1)
         encoder = open_on_device(files[0], files[0].read_bytes(), device, threads)

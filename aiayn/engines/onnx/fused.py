@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from aiayn.core.config import ModelConfig
@@ -166,12 +165,8 @@ class FusedOnnxEngine:
         threads = threads or min(4, os.cpu_count() or 1)
         config = folder.config
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
-        try:
-            weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
-        except SafetensorError as err:
-            raise ValueError(
-                f"{folder.weights_file} is damaged ({err}); copy the model folder again or re-train it"
-            ) from None
+        folder.check_weights()
+        weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
         encoder, decoder = build_serving_graphs(config, weights, options)
         small = None
         if options.head == HEAD_TOP_K and options.block_top_k:

@@ -1,0 +1,69 @@
+"""The commands' flags: help that shows every default, choices where there are choices, options that arrive."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiayn.cli import build_parser, main
+from aiayn.data.multi30k import ParallelCorpus
+from aiayn.train.options import TrainOptions
+
+
+def subcommand(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = sub.choices[name]
+    return parser
+
+
+def test_every_train_flag_has_help_and_shows_its_default() -> None:
+    parser = subcommand("train")
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert all(a.help for a in flags), [a.dest for a in flags if not a.help]
+    text = " ".join(parser.format_help().split())
+    for shown in ("(default: 60)", "(default: 0.1)", "(default: 500)", "(default: tiny)", "(default: auto)"):
+        assert shown in text
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_preset_is_one_of_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--src", "en", "--tgt", "de", "--out", "unused", "--preset", "huge"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "argument --preset: invalid choice: 'huge'" in err
+
+
+def test_checkpoint_every_reaches_the_training_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import aiayn.data.multi30k
+    import aiayn.train.loop
+
+    corpus = ParallelCorpus(["a dog"], ["ein Hund"], "en", "de", "train")
+    runs: list[TrainOptions] = []
+
+    def train(options: TrainOptions, *data: Any) -> Path:
+        runs.append(options)
+        return options.out
+
+    monkeypatch.setattr(aiayn.data.multi30k, "load_parallel", lambda *args, **kwargs: corpus)
+    monkeypatch.setattr(aiayn.train.loop, "train", train)
+    base = ["train", "--src", "en", "--tgt", "de", "--out", str(tmp_path / "m")]
+    assert main([*base, "--checkpoint-every", "7"]) == 0 and main(base) == 0
+    assert [run.checkpoint_every for run in runs] == [7, TrainOptions.checkpoint_every]
+    with pytest.raises(SystemExit):
+        main([*base, "--checkpoint-every", "0"])
+
+
+def test_bench_quick_help_says_what_the_readme_says() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "(5 rounds of 300 sentences; `--quick`: 2 rounds of 40)" in readme
+    assert "2 rounds of 40 sentences; the full run: 5 of 300" in " ".join(subcommand("bench").format_help().split())
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "http"])
+def test_serve_refuses_a_port_that_is_no_port(capsys: pytest.CaptureFixture[str], port: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--port", port])
+    assert exit_info.value.code == 2 and "argument --port" in capsys.readouterr().err
