@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import add_data_flag, add_model_flag
+from aiayn.cli.args import add_data_flag, add_model_flag, positive_int
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -15,6 +15,20 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     folder = ModelFolder.open(args.model)
     json_path = Path(args.json) if args.json else None
+    if args.sessions:
+        from aiayn.bench.sessions import measure_sessions, sessions_report
+
+        print(sessions_report(measure_sessions(folder.path, args.sessions)))
+        return
+    if args.long:
+        from aiayn.bench.long_sentences import long_report, measure
+        from aiayn.serve.service import TranslationService
+
+        model = TranslationService(threads=args.threads).model(args.model)
+        corpus, train = load_split_for(folder, "val", args.data), load_split_for(folder, "train", args.data)
+        figures = measure(model, corpus, train, args.beam)
+        print(long_report(figures, f"{folder.config.src_lang}-{folder.config.tgt_lang}", "val", args.beam))
+        return
     if args.train:
         from aiayn.bench.training import FULL, QUICK, run_train_bench, train_report
 
@@ -38,6 +52,21 @@ def add_bench(sub: Any) -> None:
         action="store_true",
         help="training tokens/s of our step against today's and Hugging Face Marian's (same config, same batches)",
     )
+    p.add_argument(
+        "--long",
+        action="store_true",
+        help="long sentences: val captions joined in threes, BLEU with and without clause splitting "
+        "against the captions translated one by one",
+    )
+    p.add_argument(
+        "--sessions",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the page server's memory growth over N fresh visitor sessions (the goal: ≤ 20 MiB for 2000)",
+    )
+    p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: ONNX Runtime threads")
     p.add_argument(
         "--quick",
         action="store_true",

@@ -17,9 +17,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from aiayn.core.clauses import ClauseSplitter
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import variant_file
-from aiayn.core.tokenizer import TOKENIZER_FILE, SubwordTokenizer
+from aiayn.core.normalizer import is_tidy, tidied
+from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
 from aiayn.search.step import StepModel
 from aiayn.search.translator import SearchSettings, Translator
 
@@ -35,6 +37,8 @@ DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 # config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
 # from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
 MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
+# ``clauses``: how long a sentence may get before the service translates it clause by clause (clauses.py).
+CLAUSES_SECTION = "clauses"
 TRAIN_FIX = "re-create the folder with `aiayn train`"
 WEIGHTS_FIX = (
     "restore it from where it came from (`git checkout -- pretrained/` for a bundled model) "
@@ -171,6 +175,17 @@ class ModelFolder:
     def tokenizer(self) -> SubwordTokenizer:
         return SubwordTokenizer.load(self.tokenizer_file)
 
+    def tidy_tokenizer(self) -> bool:
+        """Give a tokenizer.json written before the text contract moved into the file its tidying normalizer
+        (``normalizer.py``; the ids of tidied text stay the same); True if the file was rewritten."""
+        raw = self.tokenizer.tokenizer
+        if is_tidy(raw):
+            return False
+        tidy = SubwordTokenizer(tidied(raw, SPECIAL_TOKEN_TEXT.values()))
+        tidy.save(self.tokenizer_file)
+        self.__dict__["tokenizer"] = tidy
+        return True
+
     @cached_property
     def weights_sha256(self) -> str:
         """sha256 of model.safetensors: ties exported graphs to the exact weights they came from."""
@@ -210,6 +225,12 @@ class ModelFolder:
         saved = self.section(SEARCH_SECTION)
         tuned = {"length_penalty": saved["length_penalty"]} if "length_penalty" in saved else {}
         return replace(SearchSettings(**tuned), **changes)
+
+    def clause_splitter(self) -> ClauseSplitter:
+        """Long sentences cut into clauses for this folder's model: over the ``clauses`` section's
+        ``split_over_tokens`` (never, for a folder without one)."""
+        limit = self.section(CLAUSES_SECTION).get("split_over_tokens")
+        return ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
 
     def translator(self, engine: StepModel[Any], **batching: int) -> Translator:
         """Text in, text out over ``engine`` with this folder's tokenizer and length limit."""

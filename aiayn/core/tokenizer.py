@@ -6,26 +6,25 @@ Torch-free: the serving path loads it next to ONNX Runtime.
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from aiayn.core.config import SpecialTokens
+from aiayn.core.normalizer import normalize_text, tidy_normalizer
 
 TOKENIZER_FILE = "tokenizer.json"  # the name HF `tokenizers` users expect; a model folder holds it
 SPECIAL_TOKEN_TEXT = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 METASPACE = "▁"
 
 
-def normalize_text(text: str) -> str:
-    """NFKC, trimmed, runs of whitespace as one space: the form the tokenizer round-trips exactly."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
-
-
 class SubwordTokenizer:
-    """Text ↔ ids without <s>/</s>; ``decode(encode(x)) == normalize_text(x)`` for known characters."""
+    """Text ↔ ids without <s>/</s>; ``decode(encode(x)) == normalize_text(x)`` for known characters.
+
+    ``encode`` tidies the text itself too (``normalize_text``, which the file's own normalizer repeats without
+    change), so folders written before the file carried the text contract give the same ids.
+    """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -40,6 +39,16 @@ class SubwordTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         encodings = self.tokenizer.encode_batch([normalize_text(t) for t in texts], add_special_tokens=False)
         return [e.ids for e in encodings]
+
+    def unknown_characters(self, text: str) -> set[str]:
+        """Characters of ``text`` that the vocabulary lacks: alone they encode to ``<unk>``, or to nothing where
+        the file's normalizer already leaves them out. White space is never unknown."""
+        unk = self.tokenizer.token_to_id(SPECIAL_TOKEN_TEXT["unk"])
+        return {ch for ch in set(text) if not ch.isspace() and (not (ids := self.encode(ch)) or unk in ids)}
+
+    def is_word(self, word: str) -> bool:
+        """Whether the vocabulary holds ``word`` whole, as a word start (``▁word``)."""
+        return self.tokenizer.token_to_id(METASPACE + word) is not None
 
     @property
     def eos_id(self) -> int:
@@ -160,6 +169,8 @@ def train_tokenizer(
     tokenizer.train_from_iterator(normalized(), trainer=trainer)
     if not texts:
         raise ValueError("no text to train the tokenizer on; pass the training split's source and target")
+    # Now that the vocabulary is known, the file takes over all of the text tidying (normalizer.py).
+    tokenizer.normalizer = tidy_normalizer(tokenizer, SPECIAL_TOKEN_TEXT.values())
     for token_id, text in by_id:
         if tokenizer.token_to_id(text) != token_id:
             raise ValueError(

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from aiayn.core.tokenizer import normalize_text
+from aiayn.core.normalizer import normalize_text
 
 INSTALL = 'reading Hugging Face datasets needs the optional extra: pip install "aiayn[datasets]"'
 ROWS_PER_READ = 1000

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.core.tokenizer import normalize_text
+from aiayn.core.normalizer import normalize_text
 from aiayn.data.text_files import read_lines
 
 LANGUAGES = ("de", "en", "fr", "cs")

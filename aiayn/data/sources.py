@@ -16,7 +16,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiayn.core.tokenizer import normalize_text
+from aiayn.core.normalizer import normalize_text
 from aiayn.data.text_files import read_lines, summarize_file
 
 # A language code as file names carry it: en, de, pt_br, zh-Hans; not a file type that looks like one.

@@ -199,6 +199,8 @@ def export_folder(
     if to == "ctranslate2":
         return export_to_ctranslate2(model, folder, sentences[: max(check_sentences, 1)])
     lines = export_and_prove_onnx(model, folder, sentences, variants, check_sentences)
+    if folder.tidy_tokenizer():
+        lines.append(f"{folder.tokenizer_file}: its normalizer now does all the text tidying (docs/onnx.md)")
     check = min(check_sentences, len(sentences))
     if "int8" in variants:
         lines += report_int8(folder, sentences, corpus.head(check) if corpus is not None and check else None, check)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.core.clauses import Clause
 from aiayn.core.folder import ModelFolder
 from aiayn.core.text import (
     MAX_FILE_CHARS,
@@ -46,6 +47,7 @@ class Prepared:
     shape: Layout
     src_ids: list[list[int]]
     owner: list[int]  # piece → index of its sentence in ``shape.sentences``
+    clauses: list[Clause]  # piece → the clause it searches (a whole sentence unless clauses.py split it)
     left_out: list[str]  # characters outside the vocabulary, removed from the sentences translated
     refused: dict[int, str]  # sentence index → why it cannot be translated (a single word over the token limit)
 
@@ -87,6 +89,7 @@ class LoadedModel:
         self.translator = folder.translator(engine)
         self.batcher = SearchBatcher(self.translator)
         self.search = folder.search_settings()
+        self.clauses = folder.clause_splitter()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
@@ -96,18 +99,15 @@ class LoadedModel:
     def count_tokens(self, sentence: str) -> int:
         return len(self.tokenizer.encode(sentence)) + 1  # with </s>
 
-    def unknown_characters(self, text: str) -> set[str]:
-        unk = self.config.special_tokens.unk
-        return {ch for ch in set(text) if not ch.isspace() and unk in self.tokenizer.encode(ch)}
-
     def prepare(self, text: str | list[str]) -> Prepared:
         """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
         out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is.
         A sentence that cannot be cut to the token limit is refused alone, so the rest still translates."""
         shape = layout(text)
-        unknown = self.unknown_characters(" ".join(shape.sentences))
+        unknown = self.tokenizer.unknown_characters(" ".join(shape.sentences))
         src_ids: list[list[int]] = []
         owner: list[int] = []
+        clauses: list[Clause] = []
         left_out: set[str] = set()
         refused: dict[int, str] = {}
         for index, sentence in enumerate(shape.sentences):
@@ -120,9 +120,11 @@ class LoadedModel:
                 refused[index] = str(err)
                 continue
             left_out.update(ch for ch in sentence if ch in unknown)
-            src_ids.extend(self.translator.source_ids(piece) for piece in pieces)
-            owner.extend([index] * len(pieces))
-        return Prepared(shape, src_ids, owner, sorted(left_out), refused)
+            for clause in (clause for piece in pieces for clause in self.clauses.split(piece)):
+                src_ids.append(self.translator.source_ids(clause.query()))
+                owner.append(index)
+                clauses.append(clause)
+        return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
 
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
@@ -145,8 +147,9 @@ class LoadedModel:
         per_sentence = list(prepared.shape.sentences)
         for index in {*prepared.owner, *prepared.refused}:
             per_sentence[index] = ""
-        for index, ids in zip(prepared.owner, out_ids, strict=True):
-            per_sentence[index] = f"{per_sentence[index]} {self.tokenizer.decode(ids)}".strip()
+        for index, clause, ids in zip(prepared.owner, prepared.clauses, out_ids, strict=True):
+            piece = self.clauses.render(clause, self.tokenizer.decode(ids))
+            per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
         return Translation(
             reassemble(prepared.shape, per_sentence) if per_sentence else "",
             len(per_sentence),

@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from aiayn.core.folder import MODEL_SECTION, ModelFolder
+from aiayn.core.clauses import clauses_section
+from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, ModelFolder
 from aiayn.data.batching import BatchPlan, plan_batches
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
@@ -96,6 +97,8 @@ class Trainer:
         self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
         self.checkpoint_dir = self.folder.checkpoint_dir
         self.lengths = self.data.train.lengths()  # (pairs,) ×2, read once: batches are planned from them
+        if self.is_main:  # how long a sentence may get before the service splits it (core/clauses.py)
+            self.folder.write_section(CLAUSES_SECTION, clauses_section(self.lengths[0] + 1))
         self.plan: tuple[int, BatchPlan] | None = None  # (epoch, its batches), planned once per epoch
         if self.is_main:
             tqdm.write(describe_counts(self.data))

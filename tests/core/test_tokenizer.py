@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from aiayn.core.config import SpecialTokens
-from aiayn.core.tokenizer import TOKENIZER_FILE, SubwordTokenizer, normalize_text, train_tokenizer
+from aiayn.core.normalizer import normalize_text
+from aiayn.core.tokenizer import TOKENIZER_FILE, SubwordTokenizer, train_tokenizer
 from aiayn.data.multi30k import load_parallel
 
 # Invented sentences: the corpus itself never enters the repository.
@@ -51,7 +52,8 @@ def test_tokens_are_readable_and_bad_ids_are_refused(tiny: SubwordTokenizer) -> 
     tokens = tiny.tokens(tiny.encode("A red kite."))
     assert "".join(tokens).replace("_", " ").strip() == "A red kite."
     assert tokens[0].startswith("_") and tokens[-1] == "."
-    assert tiny.tokens(tiny.encode("a ☃")) == ["_a", "_", "<unk>"]  # an unseen character
+    assert tiny.tokens(tiny.encode("a ☃")) == ["_a"]  # an unseen character: the file's normalizer leaves it out
+    assert tiny.unknown_characters("a ☃ b\t") == {"☃"}
     size = tiny.vocab_size
     with pytest.raises(ValueError, match=rf"ids \[{size}\] are outside .* vocabulary of {size}"):
         tiny.decode([4, size])

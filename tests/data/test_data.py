@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.core.tokenizer import normalize_text
+from aiayn.core.normalizer import normalize_text
 from aiayn.data import multi30k as data
 from aiayn.data.multi30k import LANGUAGES, SPLITS, find_data_dir, load_parallel
 

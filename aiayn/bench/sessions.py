@@ -1,0 +1,77 @@
+"""`aiayn bench --sessions`: the page server's memory over many fresh visitor sessions (a memory figure).
+
+Every visitor who opens the page gets a Gradio session; a server that keeps each one grows for good. The
+bench starts the page (``serving.start_server``), sends ``WARMUP`` requests each from a fresh session (the
+kept sessions fill up, caches warm), reads the server's resident memory, sends ``sessions`` more requests
+from fresh sessions and reads it again. The growth is the figure: with Gradio's defaults it was ~40 KB a
+session (+98 MiB over 2 000); ``app.SESSIONS_KEPT`` bounds it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiayn.bench.serving import start_server
+
+WARMUP = 200
+SENTENCE = "A dog runs through the snow."
+
+
+@dataclass(frozen=True)
+class SessionsFigure:
+    sessions: int
+    rss_before_mb: float
+    rss_after_mb: float
+    errors: int
+    seconds: float
+
+    @property
+    def growth_mb(self) -> float:
+        return self.rss_after_mb - self.rss_before_mb
+
+
+def resident_mb(pid: int) -> float:
+    """A process's resident memory now (VmRSS), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
+    from gradio_client import Client
+
+    server, url = start_server(folder)
+    try:
+        client = Client(url, verbose=False)
+        errors = 0
+
+        def visit(count: int) -> None:
+            nonlocal errors
+            for _ in range(count):
+                client.reset_session()  # a new visitor
+                try:
+                    client.predict(SENTENCE, str(folder), 1, api_name="/translate")
+                except Exception:  # counted, whatever the client raised
+                    errors += 1
+
+        visit(WARMUP)
+        before = resident_mb(server.pid)
+        started = time.perf_counter()
+        visit(sessions)
+        seconds = time.perf_counter() - started
+        time.sleep(1)  # let the last request's work settle
+        return SessionsFigure(sessions, before, resident_mb(server.pid), errors, seconds)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def sessions_report(figure: SessionsFigure) -> str:
+    return (
+        f"{figure.sessions} fresh sessions after {WARMUP} to warm up ({figure.seconds:.0f} s, {figure.errors} errors): "
+        f"server RSS {figure.rss_before_mb:.1f} → {figure.rss_after_mb:.1f} MiB, growth {figure.growth_mb:+.1f} MiB "
+        "(goal: ≤ 20)"
+    )
