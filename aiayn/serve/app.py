@@ -61,6 +61,9 @@ def status_line(result: Result) -> str:
         parts.append("not in the model's vocabulary, left out: " + " ".join(result.left_out[:20]))
     if result.kept:
         parts.append(f"{result.kept} sentence(s) without a known word kept as they are")
+    if result.short_lines:
+        lines = ", ".join(str(n + 1) for n in result.short_lines[:20])
+        parts.append(f"line(s) {lines}: the translation looks short for its source, a part may be missing")
     return " · ".join(parts)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 JOINED = (
     "A group of men are loading cotton onto a truck, and a man sleeping in a green room on a couch, "
     "and a boy wearing headphones sits on a woman's shoulders."
@@ -19,3 +21,29 @@ def test_the_service_translates_every_clause_of_a_long_sentence(bundled: dict[st
     assert "Kopfhörer" in whole and ("Couch" in whole or "Sofa" in whole)
     short = model.translate("Two dogs play in the snow.", 4).text
     assert short == "Zwei Hunde spielen im Schnee."
+
+
+def test_a_translation_short_for_its_source_is_named_not_silent(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiayn.cli import main
+    from aiayn.serve.app import status_line
+    from aiayn.serve.service import SHORT_RATIO, LoadedModel, Result, TranslationService, short_lines
+
+    model = TranslationService().model(str(bundled["en-de"]))
+    prepared = model.prepare(f"Two dogs play.\n{JOINED}")
+    sources = [len(ids) - 1 for ids in prepared.src_ids]  # the joined sentence is 3 pieces, each judged summed
+    assert len(sources) == 4 and sum(sources[1:]) >= 12
+    full = [[5] * n for n in sources]
+    assert short_lines(prepared, full) == []
+    cut = [full[0], *([5] * int(SHORT_RATIO * n - 1) for n in sources[1:])]
+    assert short_lines(prepared, cut) == [1]
+    assert short_lines(prepared, [[5], *full[1:]]) == []  # a short source is not judged
+
+    translated = model.translate(f"Two dogs play.\n{JOINED}", 4)
+    assert translated.short_lines == []  # clause by clause, nothing is lost
+    result = Result("", "CPU", 1.0, 2, [], 0, None, [1])
+    assert "line(s) 2: the translation looks short for its source" in status_line(result)
+    monkeypatch.setattr(LoadedModel, "run", lambda self, p, beam, on_batch=None: self.assemble(p, cut))
+    assert main(["translate", "--model", str(bundled["en-de"]), f"Two dogs play.\n{JOINED}"]) == 0
+    assert "line 2: the translation looks short for its source" in capsys.readouterr().err
