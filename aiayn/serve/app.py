@@ -24,6 +24,9 @@ MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHA
 # sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
 # switching the heatmap's head asks to translate again.
 SESSIONS_KEPT = 100
+# Gradio's queue also keeps a message queue per session, the last 2 000 (+3 MiB a thousand sessions); 500 still
+# outlasts any request by far (at most CONCURRENCY_LIMIT + MAX_QUEUE are under way at once).
+MESSAGE_QUEUES_KEPT = 500
 HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
 VAL_EXAMPLES = 6
 FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the corpus is absent, as on a Space
@@ -257,5 +260,6 @@ def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: boo
         )
     except OSError:  # Gradio's "Cannot find empty port", whatever the cause
         raise port_error(host, port) from None
+    app._queue.pending_messages_per_session.max_size = MESSAGE_QUEUES_KEPT
     if block:
         app.block_thread()

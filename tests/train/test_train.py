@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.core.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_PLOT_FILE, TRAINING_RECORD_FILE
+from aiayn.core.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_PLOT_FILE, TRAINING_RECORD_FILE, ModelFolder
+from aiayn.core.normalizer import is_tidy
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines.pytorch import TorchEngine
@@ -72,6 +73,8 @@ def test_tiny_model_learns_to_reverse_and_writes_a_loadable_folder(tmp_path: Pat
         assert (folder / name).is_file(), name
     record = json.loads((folder / TRAINING_RECORD_FILE).read_text())
     assert record["seed"] == 3 and record["steps"] > 0 and len(record["epochs"]) == 30
+    written = ModelFolder.open(folder)  # the tokenizer carries the text contract; long sentences get a limit
+    assert is_tidy(written.tokenizer.tokenizer) and written.clause_splitter().max_tokens is not None
     test = reverse_corpus(40, 2, "test")
     translator = Translator(TorchEngine(load_model(folder)), SubwordTokenizer.load(folder / TOKENIZER_FILE), 256)
     out = translator.translate(test.src, SearchSettings(beam_size=1))
