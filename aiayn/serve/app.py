@@ -195,7 +195,8 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
         examples = gr.Dataset(
             components=[source], samples=[[s] for s in first_examples], label=examples_label, elem_id="examples"
         )
-        with gr.Accordion("Cross-attention of the last decoder layer (first sentence)", open=True):
+        title = "Cross-attention of the last decoder layer (first sentence; of a long one, its first clause)"
+        with gr.Accordion(title, open=True):
             head = gr.Radio(
                 ["average"] + [str(h) for h in range(models[names[0]].config.n_heads)], value="average", label="Head"
             )
