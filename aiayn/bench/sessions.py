@@ -62,7 +62,6 @@ def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
         started = time.perf_counter()
         visit(sessions)
         seconds = time.perf_counter() - started
-        time.sleep(1)  # let the last request's work settle
         return SessionsFigure(sessions, before, resident_mb(server.pid), errors, seconds)
     finally:
         server.terminate()

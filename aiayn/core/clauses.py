@@ -94,16 +94,18 @@ class ClauseSplitter:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode_source(text))  # </s> included, as the encoder reads it
 
-    def split(self, sentence: str) -> list[Clause]:
-        """``sentence`` as the clauses to search: itself, or halves of halves while it is too long."""
-        return self.presplit(Clause(sentence))
+    def split(self, sentence: str, tokens: int | None = None) -> list[Clause]:
+        """``sentence`` as the clauses to search: itself, or halves of halves while it is too long. ``tokens``:
+        its length (</s> included) where the caller has already encoded it."""
+        return self.presplit(Clause(sentence), self.count_tokens(sentence) if tokens is None else tokens)
 
-    def presplit(self, clause: Clause) -> list[Clause]:
-        short = self.max_tokens is None or self.count_tokens(clause.query()) <= self.max_tokens
-        if short or clause.depth >= MAX_DEPTH:
+    def presplit(self, clause: Clause, tokens: int) -> list[Clause]:
+        if self.max_tokens is None or tokens <= self.max_tokens or clause.depth >= MAX_DEPTH:
             return [clause]
         halves = self.halve(clause)
-        return [clause] if halves is None else [c for half in halves for c in self.presplit(half)]
+        if halves is None:
+            return [clause]
+        return [c for half in halves for c in self.presplit(half, self.count_tokens(half.query()))]
 
     def halve(self, clause: Clause) -> tuple[Clause, Clause] | None:
         """``clause`` cut at its strongest boundary (semicolon first) nearest the middle by tokens, or None."""

@@ -103,7 +103,7 @@ class LoadedModel:
         return getattr(self.engine, "provider", "PyTorch (CPU)")
 
     def count_tokens(self, sentence: str) -> int:
-        return len(self.tokenizer.encode(sentence)) + 1  # with </s>
+        return len(self.tokenizer.encode_source(sentence))
 
     def prepare(self, text: str | list[str]) -> Prepared:
         """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
@@ -126,10 +126,12 @@ class LoadedModel:
                 refused[index] = str(err)
                 continue
             left_out.update(ch for ch in sentence if ch in unknown)
-            for clause in (clause for piece in pieces for clause in self.clauses.split(piece)):
-                src_ids.append(self.translator.source_ids(clause.query()))
-                owner.append(index)
-                clauses.append(clause)
+            for piece in pieces:
+                whole = self.translator.source_ids(piece)
+                cut = self.clauses.split(piece, len(whole))
+                src_ids += [whole] if len(cut) == 1 else [self.translator.source_ids(c.query()) for c in cut]
+                owner += [index] * len(cut)
+                clauses += cut
         return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
 
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
