@@ -32,6 +32,10 @@ TRAINING_PLOT_FILE = "training.png"
 CHECKPOINT_DIR = "checkpoints"
 PREPARED_DIR = "data"  # the run's token ids (``aiayn.data.prepare``), when it prepared its own
 CTRANSLATE2_DIR = "ctranslate2"
+# Validation pairs of the user's own corpus, kept by `aiayn train` so that export, calibration and checks of the
+# folder need no corpus at hand (not written for Multi30k, which the tools find themselves).
+VALIDATION_SAMPLE_FILE = "validation.tsv"
+VALIDATION_SAMPLE_PAIRS = 1000
 DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 
 # config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
@@ -120,6 +124,7 @@ class ModelFolder:
         self.checkpoint_dir = self.path / CHECKPOINT_DIR
         self.prepared_dir = self.path / PREPARED_DIR
         self.ctranslate2_dir = self.path / CTRANSLATE2_DIR
+        self.validation_file = self.path / VALIDATION_SAMPLE_FILE
         if sections is not None:
             self.__dict__["sections"] = sections
 
@@ -218,6 +223,26 @@ class ModelFolder:
         except json.JSONDecodeError as err:
             raise ValueError(f"{self.record_file} is not valid JSON ({err}); {TRAIN_FIX}") from err
         return record if isinstance(record, dict) else {}
+
+    def validation_sample(self) -> list[tuple[str, str]]:
+        """The validation pairs training kept in the folder (``validation.tsv``: source TAB reference); empty when
+        it kept none."""
+        if not self.validation_file.is_file():
+            return []
+        pairs = []
+        for number, line in enumerate(self.validation_file.read_text(encoding="utf-8").splitlines(), 1):
+            src, tab, tgt = line.partition("\t")
+            if not tab:
+                raise ValueError(f"{self.validation_file} line {number} has no tab; {TRAIN_FIX}")
+            pairs.append((src, tgt))
+        return pairs
+
+    def write_validation_sample(self, pairs: list[tuple[str, str]]) -> None:
+        """Keep up to VALIDATION_SAMPLE_PAIRS validation pairs (tabs and line breaks inside a side become spaces)."""
+        clean = (" ".join(side.split()) for pair in pairs[:VALIDATION_SAMPLE_PAIRS] for side in pair)
+        sides = list(clean)
+        lines = [f"{src}\t{tgt}\n" for src, tgt in zip(sides[::2], sides[1::2], strict=True)]
+        self.validation_file.write_text("".join(lines), encoding="utf-8")
 
     # Decoding.
     def search_settings(self, **changes: Any) -> SearchSettings:
