@@ -7,6 +7,7 @@ Heavy imports (torch, onnxruntime, gradio) happen inside each command, so
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from aiayn.cli.args import HelpFormatter, UserError
@@ -18,6 +19,10 @@ from aiayn.cli.serve import add_serve, add_translate
 from aiayn.cli.train import add_train
 
 __all__ = ["UserError", "build_parser", "main"]
+
+# Commands that train or convert weights need PyTorch, which the demo install leaves out.
+NEEDS_TORCH = ("train", "export", "bench")
+FULL_INSTALL = 'pip install torch==2.13.0 -e ".[dev]"'
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv  # as typed, for the records that keep the command (training.json)
+    if args.command in NEEDS_TORCH and importlib.util.find_spec("torch") is None:
+        print(
+            f"aiayn {args.command}: error: needs PyTorch, which the demo install leaves out; "
+            f"install everything with `{FULL_INSTALL}`",
+            file=sys.stderr,
+        )
+        return 2
     try:
         args.func(args)
     except (UserError, FileNotFoundError, FileExistsError, ValueError) as err:

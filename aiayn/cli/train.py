@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,14 @@ from typing import Any
 from aiayn.cli.args import UserError, config_override, positive_int
 from aiayn.cli.corpus import add_corpus_flags, corpus_sources
 from aiayn.core.config import PRESETS
-from aiayn.train.options import TrainOptions
+from aiayn.core.folder import TRAINING_RECORD_FILE, ModelFolder
+from aiayn.train.options import DEFAULT_EPOCHS, TrainOptions
 
+STOP_REASONS = {
+    "epochs": "its epochs were done",
+    "max-steps": "--max-steps was reached",
+    "time limit": "--time-limit was reached",
+}
 PRECISIONS = ("auto", "fp32", "bf16")  # train.precision's, named here so that --help needs no torch
 
 
@@ -19,6 +26,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     from aiayn.core.folder import resolve_model
     from aiayn.train.loop import train
 
+    if args.resume and not given_corpus(args) and args.prepared is None:
+        args = resumed_args(args)
     options = TrainOptions(
         out=args.out,
         preset=args.preset,
@@ -42,14 +51,68 @@ def cmd_train(args: argparse.Namespace) -> None:
         max_length=args.max_length,
         tokenizer_sample=args.tokenizer_sample,
         prepared=args.prepared,
+        command=shlex.join(["aiayn", *args.argv]),
     )
-    if args.prepared is not None:
-        if args.train_files or args.train_tsv or args.hf or args.src or args.tgt:
-            raise UserError("--prepared DIR holds the corpus already; leave out --src/--tgt and the corpus flags")
-        folder = train(options)
-    else:
-        folder = train(options, *corpus_sources(args))
-    print(f"model folder: {folder}", file=sys.stderr)
+    try:
+        if args.prepared is not None:
+            if given_corpus(args) or args.src or args.tgt:
+                raise UserError("--prepared DIR holds the corpus already; leave out --src/--tgt and the corpus flags")
+            folder = train(options)
+        else:
+            folder = train(options, *corpus_sources(args))
+    except KeyboardInterrupt:
+        raise UserError(
+            f"training interrupted; go on from its last checkpoint with `aiayn train --out {args.out} --resume`"
+        ) from None
+    for line in run_summary(ModelFolder(folder)):
+        print(line, file=sys.stderr)
+
+
+def given_corpus(args: argparse.Namespace) -> bool:
+    return bool(args.train_files or args.train_tsv or args.hf)
+
+
+def resumed_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`aiayn train --out DIR --resume` alone: the flags of the command that started the run in DIR
+    (training.json keeps it), with --resume and any flag given now."""
+    from aiayn.cli import build_parser
+
+    commands = ModelFolder(args.out).training_record().get("commands") or []
+    if not commands:
+        raise UserError(
+            f"no run to resume in {args.out} (no {TRAINING_RECORD_FILE}); start one without --resume, "
+            "or give the folder a run started with `aiayn train --out DIR`"
+        )
+    parser = build_parser()
+    resumed = parser.parse_args([*shlex.split(commands[0])[1:], "--resume"])  # without the program's name
+    unchanged = parser.parse_args(["train", "--out", str(args.out)])
+    for name, value in vars(args).items():  # flags given now win: --resume --max-steps 5000
+        if value != getattr(unchanged, name, None):
+            setattr(resumed, name, value)
+    resumed.out = args.out  # the folder as named now, should it have moved
+    return resumed
+
+
+def run_summary(folder: ModelFolder) -> list[str]:
+    """What a finished run did and what to do next; a run that wrote no weights is refused (exit 2)."""
+    record = folder.training_record()
+    stopped_by = record.get("stopped_by", "")
+    minutes = record.get("wall_seconds", 0) / 60
+    lines = [
+        f"stopped after {record.get('steps', 0)} steps ({minutes:.1f} min): {STOP_REASONS.get(stopped_by, stopped_by)}"
+    ]
+    validated = [entry for entry in record.get("epochs", []) if entry.get("val_bleu") is not None]
+    if not folder.weights_file.is_file() or not validated:
+        raise UserError(
+            f"{lines[0]}, before any validation, so no weights were written to {folder.path}; "
+            "train longer (--max-steps, --time-limit or --epochs)"
+        )
+    best = max(validated, key=lambda entry: entry["val_bleu"])
+    lines.append(
+        f"best validation BLEU {best['val_bleu']:.2f} (greedy) at step {best['step']}; those weights are in "
+        f"{folder.weights_file}"
+    )
+    return lines
 
 
 def add_train(sub: Any) -> None:
@@ -66,7 +129,12 @@ def add_train(sub: Any) -> None:
         metavar="FIELD=VALUE",
         help="change one config field of the preset, e.g. --set dropout=0.3 (repeatable)",
     )
-    p.add_argument("--epochs", type=positive_int, default=60, help="epochs to train")
+    p.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=None,
+        help=f"epochs to train (default: {DEFAULT_EPOCHS}, or as many as --max-steps or --time-limit allow)",
+    )
     p.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per batch, padding included")
     p.add_argument(
         "--update-freq",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from aiayn.core.clauses import clauses_section
-from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, ModelFolder
+from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, VALIDATION_SAMPLE_PAIRS, ModelFolder
 from aiayn.data.batching import BatchPlan, plan_batches
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
@@ -30,13 +30,17 @@ from aiayn.train.batches import to_tensors
 from aiayn.train.checkpoint import average_state_dicts, load_checkpoint, save_atomic
 from aiayn.train.corpus import prepared_languages, run_data
 from aiayn.train.loss import SmoothedLoss
-from aiayn.train.options import TrainOptions, learning_rate, with_schedule
+from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
 from aiayn.train.precision import resolve_precision
 from aiayn.train.progress import Progress
 from aiayn.train.record import write_record
 from aiayn.train.start import LAST_CHECKPOINT, RESUME_FIX, Start, continued_config, decide, preset_config
 from aiayn.train.step import accumulate_gradients
 from aiayn.train.validate import validate
+
+SMALL_CORPUS_PAIRS = 10_000  # under this, a run is warned what to expect
+# With only --time-limit bounding a run, its pace over this many steps plans it (``plan_schedule``).
+PLAN_AFTER_STEPS = 30
 
 
 def pick_device(name: str) -> torch.device:
@@ -102,6 +106,15 @@ class Trainer:
         self.plan: tuple[int, BatchPlan] | None = None  # (epoch, its batches), planned once per epoch
         if self.is_main:
             tqdm.write(describe_counts(self.data))
+            small = self.data.record["counts"]["train"]["kept"]
+            if small < SMALL_CORPUS_PAIRS:
+                tqdm.write(
+                    f"warning: {small} training pairs is a small corpus (under {SMALL_CORPUS_PAIRS}): expect "
+                    "translations of sentences like the training ones at best, and little beyond them"
+                )
+            if start is Start.NEW and val is not None and val.describe().get("kind") != "multi30k":
+                # The user's own validation pairs, so that export and checks of the folder need no corpus.
+                self.folder.write_validation_sample(list(islice(val.pairs(), VALIDATION_SAMPLE_PAIRS)))
 
         torch.manual_seed(options.seed)
         self.config = self.folder.config
@@ -120,6 +133,9 @@ class Trainer:
             summary = parent_summary(parent)
             inherited = summary.pop("options")
             self.progress.schedule_offset, self.progress.parent = summary["schedule_steps"], summary
+        # Eq. 3's warm-up is fitted to the planned run only where nobody chose it: not --warmup, not the run
+        # this one goes on from.
+        self.fits_schedule = options.warmup_steps is None and inherited.get("warmup_steps") is None
         self.options = with_schedule(options, inherited)
         # The whole objective (forward, projection, loss) is the module DDP wraps.
         self.objective: torch.nn.Module = SmoothedLoss(self.model, self.options.label_smoothing)
@@ -176,6 +192,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress.from_dict(state)
         self.progress.commands = [*self.progress.commands, command]
+        if self.is_main:
+            tqdm.write(f"resuming from step {self.progress.step} (epoch {self.progress.epoch + 1})")
         torch.set_rng_state(state["cpu_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -202,7 +220,7 @@ class Trainer:
         special = self.config.special_tokens
         micro_batches = [to_tensors(self.data.train.padded(rows, special), self.device) for rows in update]
         schedule_step = self.progress.schedule_offset + self.progress.step + 1
-        lr = learning_rate(schedule_step, self.config.d_model, self.options.warmup_steps, self.options.lr_scale)
+        lr = learning_rate(schedule_step, self.config.d_model, *self.schedule())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -217,16 +235,49 @@ class Trainer:
         if self.is_main:
             save_atomic(self.state_dict(), self.checkpoint_dir / LAST_CHECKPOINT)
 
+    def schedule(self) -> tuple[int, float]:
+        """Eq. 3's (warm-up, scale): fitted to the planned run where it was, else as the options say."""
+        fitted = self.progress.fitted_schedule
+        if fitted:
+            return fitted["warmup_steps"], fitted["lr_scale"]
+        return self.options.warmup_steps, self.options.lr_scale
+
+    def planned_steps(self, steps_per_epoch: int) -> int | None:
+        """The steps --epochs, --max-steps and --time-limit allow, or None while the time limit's pace is unknown."""
+        options, progress = self.options, self.progress
+        bounds = [options.max_steps] if options.max_steps is not None else []
+        if options.epoch_limit is not None:
+            bounds.append(options.epoch_limit * steps_per_epoch)
+        if options.time_limit_minutes is not None:
+            if progress.step < PLAN_AFTER_STEPS:
+                return None
+            seconds_per_step = progress.wall_seconds / progress.step
+            bounds.append(int(options.time_limit_minutes * 60 / seconds_per_step))
+        return min(bounds) if bounds else None
+
+    def plan_schedule(self, steps_per_epoch: int) -> None:
+        """Decide once whether eq. 3's warm-up fits the planned run, and shorten it where it does not."""
+        if not self.fits_schedule or self.progress.fitted_schedule is not None:
+            return
+        planned = self.planned_steps(steps_per_epoch)
+        if planned is None:
+            return
+        warmup, scale = self.options.warmup_steps, self.options.lr_scale
+        self.progress.fitted_schedule = fitted_schedule(planned, warmup, scale) or {}
+        if self.is_main and self.progress.fitted_schedule:
+            fitted = self.progress.fitted_schedule
+            peak = learning_rate(warmup, self.config.d_model, warmup, scale)
+            tqdm.write(
+                f"warm-up: {warmup} steps would not fit a run of about {planned} steps; {fitted['warmup_steps']} "
+                f"instead (a quarter of the run, the same peak rate {peak:.2e}; --warmup N sets it yourself)"
+            )
+
     def end_epoch(self, train_loss: float) -> None:
         """Validate, keep the best weights in the folder, checkpoint the epoch, and write the training record."""
         if not self.is_main:
             return
         progress = self.progress
-        metrics = self.validate(self.model)
-        progress.history.append({"epoch": progress.epoch, "step": progress.step, "train_loss": train_loss, **metrics})
-        if metrics["val_bleu"] >= progress.best_bleu:  # on a tie the later, longer-trained weights win
-            progress.best_bleu = metrics["val_bleu"]
-            save_weights(self.model, self.folder)
+        metrics = self.validate_and_keep_best(progress.epoch, train_loss)
         save_atomic({"model": self.model.state_dict()}, self.checkpoint_dir / f"epoch{progress.epoch:04d}.pt")
         for old in sorted(self.checkpoint_dir.glob("epoch*.pt"))[: -self.options.keep_last]:
             old.unlink()
@@ -234,6 +285,29 @@ class Trainer:
             f"epoch {progress.epoch}: train loss {train_loss:.3f}, val loss {metrics['val_loss']:.3f}, "
             f"val BLEU {metrics['val_bleu']:.2f} (best {progress.best_bleu:.2f})"
         )
+
+    def end_mid_epoch(self, steps_per_epoch: int) -> None:
+        """A run stopped inside an epoch (--max-steps) is validated where it stands, so its weights are kept too."""
+        progress = self.progress
+        validated_here = bool(progress.history) and progress.history[-1]["step"] == progress.step
+        if not self.is_main or progress.step == 0 or validated_here:
+            return
+        train_loss = progress.epoch_loss_sum / max(progress.epoch_tokens, 1)
+        epoch = progress.epoch + progress.batch_in_epoch / max(steps_per_epoch, 1)
+        metrics = self.validate_and_keep_best(round(epoch, 3), train_loss, partial=True)
+        tqdm.write(f"step {progress.step}: val loss {metrics['val_loss']:.3f}, val BLEU {metrics['val_bleu']:.2f}")
+
+    def validate_and_keep_best(self, epoch: float, train_loss: float, partial: bool = False) -> dict[str, float]:
+        progress = self.progress
+        metrics = self.validate(self.model)
+        entry = {"epoch": epoch, "step": progress.step, "train_loss": train_loss, **metrics}
+        entry["cpu_minutes"] = round(progress.cpu_seconds / 60, 2)
+        entry["wall_minutes"] = round(progress.wall_seconds / 60, 2)
+        progress.history.append({**entry, **({"partial": True} if partial else {})})
+        if metrics["val_bleu"] >= progress.best_bleu:  # on a tie the later, longer-trained weights win
+            progress.best_bleu = metrics["val_bleu"]
+            save_weights(self.model, self.folder)
+        return metrics
 
     def validate(self, model: Transformer) -> dict[str, float]:
         return validate(model, self.folder, self.data, self.device, self.options.max_tokens)
@@ -256,16 +330,22 @@ class Trainer:
                 "data": self.data.record,  # where the pairs came from: files, line counts, hashes; what was skipped
                 "best_val_bleu": progress.best_bleu,
                 "epochs": progress.history,
+                "stopped_by": progress.stopped_by,
+                "cpu_seconds": round(progress.cpu_seconds, 1),
+                "fitted_schedule": progress.fitted_schedule,
                 "averaged": progress.averaged,
                 "parent": progress.parent,
             },
         )
 
-    def run(self, stop: Callable[[], bool] = lambda: False) -> None:
-        """Train to ``options.epochs`` (or ``max_steps``), checkpointing so that a kill loses little."""
+    def run(self) -> None:
+        """Train until --epochs, --max-steps or --time-limit stops the run, checkpointing so that a kill loses
+        little; ``progress.stopped_by`` says which."""
         options, progress = self.options, self.progress
+        steps_per_epoch = len(self.epoch_updates())
+        self.plan_schedule(steps_per_epoch)
         bar = tqdm(
-            total=options.epochs * len(self.epoch_updates()),
+            total=self.planned_steps(steps_per_epoch),
             initial=progress.step,
             disable=not self.is_main,
             unit="step",
@@ -273,8 +353,24 @@ class Trainer:
         )
         self.model.train()
         self.write_record()  # with this run's command, even if it is killed before its first epoch ends
-        while progress.epoch < options.epochs and not self.out_of_time():
-            started = time.perf_counter()
+        progress.stopped_by = self.train_epochs(steps_per_epoch, bar)
+        bar.close()
+        if progress.stopped_by == "max-steps":
+            self.end_mid_epoch(steps_per_epoch)
+        self.save_checkpoint()
+        if options.average_last > 1 and progress.stopped_by != "max-steps":
+            self.average_and_keep_if_better(options.average_last)
+        self.write_record()
+
+    def train_epochs(self, steps_per_epoch: int, bar: tqdm) -> str:
+        """Epochs of updates; returns what stopped them."""
+        options, progress = self.options, self.progress
+        while options.epoch_limit is None or progress.epoch < options.epoch_limit:
+            if self.out_of_time():
+                return "time limit"
+            if options.max_steps is not None and progress.step >= options.max_steps:
+                return "max-steps"
+            started, cpu_started = time.perf_counter(), time.process_time()
             for update in self.epoch_updates()[progress.batch_in_epoch :]:
                 loss, tokens = self.train_step(update)
                 progress.epoch_loss_sum += loss * tokens
@@ -282,7 +378,9 @@ class Trainer:
                 progress.batch_in_epoch += 1
                 elapsed = time.perf_counter() - started
                 progress.wall_seconds += elapsed
-                started = time.perf_counter()
+                progress.cpu_seconds += time.process_time() - cpu_started
+                started, cpu_started = time.perf_counter(), time.process_time()
+                self.plan_schedule(steps_per_epoch)
                 bar.update(1)
                 bar.set_postfix(
                     loss=f"{loss:.3f}",
@@ -292,19 +390,14 @@ class Trainer:
                 )
                 if progress.step % options.checkpoint_every == 0:
                     self.save_checkpoint()
-                if (options.max_steps is not None and progress.step >= options.max_steps) or stop():
-                    self.save_checkpoint()
-                    bar.close()
-                    return
-            started = time.perf_counter()
+                if options.max_steps is not None and progress.step >= options.max_steps:
+                    return "max-steps"
             self.end_epoch(progress.end_epoch())
             progress.wall_seconds += time.perf_counter() - started
+            progress.cpu_seconds += time.process_time() - cpu_started
             self.save_checkpoint()
             self.write_record()
-        bar.close()
-        if options.average_last > 1:
-            self.average_and_keep_if_better(options.average_last)
-        self.write_record()
+        return "epochs"
 
     def out_of_time(self) -> bool:
         limit = self.options.time_limit_minutes

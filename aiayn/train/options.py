@@ -10,6 +10,9 @@ from typing import Any
 
 # Eq. 3's settings when neither the options nor the run being continued give them.
 SCHEDULE_DEFAULTS: dict[str, Any] = {"lr_scale": 1.0, "warmup_steps": 4000}
+DEFAULT_EPOCHS = 60  # when neither --epochs, --max-steps nor --time-limit bounds the run
+# A warm-up longer than this share of the planned run is shortened to it (``fitted_schedule``).
+WARMUP_SHARE = 0.25
 
 
 @dataclass
@@ -17,7 +20,7 @@ class TrainOptions:
     out: Path
     preset: str = "tiny"
     overrides: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields changed from the preset
-    epochs: int = 60
+    epochs: int | None = None  # None: DEFAULT_EPOCHS, unless max_steps or time_limit_minutes bounds the run
     max_tokens: int = 4096  # per batch, padding included (§5.1 used ~25000 per side on 8 GPUs)
     # Eq. 3's scale and warm-up; None: the run's own on resume, the parent's with init_from, else SCHEDULE_DEFAULTS.
     lr_scale: float | None = None
@@ -40,6 +43,13 @@ class TrainOptions:
     prepared: Path | None = None  # a folder written by `aiayn prepare`, instead of preparing into --out/data
     command: str = field(default_factory=lambda: shlex.join(["aiayn", *sys.argv[1:]]))
 
+    @property
+    def epoch_limit(self) -> int | None:
+        """Epochs the run may make: --epochs, else DEFAULT_EPOCHS unless steps or time bound the run instead."""
+        if self.epochs is not None:
+            return self.epochs
+        return None if self.max_steps is not None or self.time_limit_minutes is not None else DEFAULT_EPOCHS
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (paths as text), as the checkpoint and training.json keep them."""
         return {name: str(value) if isinstance(value, Path) else value for name, value in vars(self).items()}
@@ -49,6 +59,24 @@ def learning_rate(step: int, d_model: int, warmup_steps: int, scale: float) -> f
     """Eq. 3: lrate = scale · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)."""
     step = max(step, 1)
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def fitted_schedule(planned_steps: int, warmup_steps: int, lr_scale: float) -> dict[str, Any] | None:
+    """Eq. 3 fitted to a run too short for its warm-up, or None when the warm-up fits.
+
+    A warm-up over WARMUP_SHARE of the planned steps would leave the run in it (4000 steps of a 171-step run
+    never leave the first, tiny rates), so the warm-up becomes that share. The scale is lowered with it so that
+    the peak rate stays eq. 3's peak for the asked warm-up: a short run reaches it sooner, never exceeds it.
+    """
+    fitted = max(1, int(planned_steps * WARMUP_SHARE))
+    if fitted >= warmup_steps:
+        return None
+    return {
+        "planned_steps": planned_steps,
+        "warmup_steps": fitted,
+        "lr_scale": lr_scale * (fitted / warmup_steps) ** 0.5,
+        "asked_warmup_steps": warmup_steps,
+    }
 
 
 def with_schedule(options: TrainOptions, inherited: dict[str, Any]) -> TrainOptions:

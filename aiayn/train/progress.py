@@ -16,11 +16,15 @@ class Progress:
     history: list[dict[str, float]] = field(default_factory=list)  # per epoch: losses, validation BLEU
     best_bleu: float = -1.0
     wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of this process, all threads: comparable across machines of other core counts
     commands: list[str] = field(default_factory=list)  # the first command, then each --resume
     # Steps the weights were trained for before this run (--init-from): eq. 3 goes on from there.
     schedule_offset: int = 0
     parent: dict[str, Any] = field(default_factory=dict)  # the record of the folder continued from
     averaged: dict[str, Any] = field(default_factory=dict)  # what checkpoint averaging gave
+    # Eq. 3 fitted to the planned run (``options.fitted_schedule``), decided once and kept by --resume.
+    fitted_schedule: dict[str, Any] | None = None
+    stopped_by: str = ""  # why the run ended: epochs, max-steps, time limit, interrupted
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

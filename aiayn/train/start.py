@@ -32,6 +32,10 @@ class Start(Enum):
 def decide(resume: bool, out: Path, init_from: Path | None) -> Start:
     """The case, or a clear refusal: an --out holding a run needs --resume; a run cannot continue itself."""
     if resume:
+        if not (Path(out) / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file():
+            raise FileNotFoundError(
+                f"no run to resume in {out} (it has no {CHECKPOINT_DIR}/{LAST_CHECKPOINT}); start it without --resume"
+            )
         return Start.RESUME
     if (Path(out) / CHECKPOINT_DIR / LAST_CHECKPOINT).exists():
         raise FileExistsError(

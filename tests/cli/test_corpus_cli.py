@@ -80,3 +80,28 @@ def test_bad_corpora_exit_2_with_one_line(
     code = main(["train", *make(tmp_path), "--out", str(tmp_path / "m")])  # type: ignore[operator]
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("aiayn train: error: ") and message in err and "Traceback" not in err
+
+
+def test_a_run_ends_with_a_summary_and_resumes_from_its_folder_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train, valid = write_pairs(tmp_path, "train", 120), write_pairs(tmp_path, "val", 10)
+    out = tmp_path / "model"
+    corpus = ["--train-files", *map(str, train), "--valid-files", *map(str, valid)]
+    flags = [*tiny_training(out), "--max-steps", "3"]
+    flags.remove("--epochs"), flags.remove("1")
+    assert main(["train", *corpus, *flags]) == 0
+    err = "".join(capsys.readouterr())  # the trainer's notes on stdout, the summary on stderr
+    assert "small corpus" in err and "stopped after 3 steps" in err and "--max-steps was reached" in err
+    assert "best validation BLEU" in err and "at step 3" in err
+    # training.json holds the command: --resume alone goes on with its corpus and flags, and a flag given now wins.
+    assert main(["train", "--out", str(out), "--resume", "--max-steps", "5"]) == 0
+    err = "".join(capsys.readouterr())
+    assert "resuming from step 3" in err and "stopped after 5 steps" in err
+    record = json.loads((out / "training.json").read_text())
+    assert record["steps"] == 5 and record["options"]["max_tokens"] == 256  # the first command's --max-tokens
+
+
+def test_resume_of_a_folder_without_a_run_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--out", str(tmp_path / "nothing"), "--resume"]) == 2
+    assert "no run to resume" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from aiayn.model.weights import load_model
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.train.checkpoint import average_state_dicts
 from aiayn.train.loop import train
-from aiayn.train.options import TrainOptions, learning_rate, with_schedule
+from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
 
 WORDS = "red blue green cat dog bird runs sleeps jumps big small old".split()
 # A model small enough to learn in seconds on 2 CPU cores.
@@ -96,7 +96,8 @@ def test_killed_run_resumes_at_the_right_step_with_identical_weights(tmp_path: P
     assert a["step"] == b["step"]
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
-    assert [e["train_loss"] for e in a["history"]] == pytest.approx([e["train_loss"] for e in b["history"]])
+    whole_epochs = [[e["train_loss"] for e in state["history"] if not e.get("partial")] for state in (a, b)]
+    assert whole_epochs[0] == pytest.approx(whole_epochs[1])
 
 
 def test_checkpoint_averaging_is_the_mean(tmp_path: Path) -> None:
@@ -181,8 +182,8 @@ def test_a_resumed_run_is_recorded_before_its_first_epoch_ends(tmp_path: Path) -
     out = tmp_path / "m"
     train(options(out, max_steps=1, command="aiayn train --out m"), train_data, val)
     train(options(out, max_steps=2, resume=True, command="aiayn train --out m --resume"), train_data, val)
-    record = json.loads((out / TRAINING_RECORD_FILE).read_text())  # both runs killed mid-epoch
-    assert record["commands"] == ["aiayn train --out m", "aiayn train --out m --resume"] and record["steps"] == 1
+    record = json.loads((out / TRAINING_RECORD_FILE).read_text())  # both runs stopped mid-epoch
+    assert record["commands"] == ["aiayn train --out m", "aiayn train --out m --resume"] and record["steps"] == 2
 
 
 def test_a_damaged_last_checkpoint_says_what_can_be_done_instead(tmp_path: Path) -> None:
@@ -193,3 +194,46 @@ def test_a_damaged_last_checkpoint_says_what_can_be_done_instead(tmp_path: Path)
         train(options(out, resume=True), train_data, val)
     assert f"delete {out / CHECKPOINT_DIR / 'last.pt'} and run the command again without --resume" in str(err.value)
     assert f"--init-from {out} --out NEW_DIR" in str(err.value) and "resume from another" not in str(err.value)
+
+
+def test_a_warm_up_longer_than_the_run_is_fitted_to_it_with_the_same_peak() -> None:
+    fitted = fitted_schedule(planned_steps=171, warmup_steps=4000, lr_scale=1.0)
+    assert fitted is not None and fitted["warmup_steps"] == 42 and fitted["planned_steps"] == 171
+    peak = learning_rate(4000, 128, 4000, 1.0)
+    assert learning_rate(42, 128, fitted["warmup_steps"], fitted["lr_scale"]) == pytest.approx(peak)
+    assert learning_rate(171, 128, fitted["warmup_steps"], fitted["lr_scale"]) < peak  # and it decays within the run
+    assert fitted_schedule(planned_steps=100_000, warmup_steps=4000, lr_scale=1.0) is None
+
+
+def test_max_steps_makes_that_many_steps_and_keeps_the_weights_where_it_stops(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    out = train(options(tmp_path / "m", epochs=None, max_steps=23, warmup_steps=None), train_data, val)
+    record = json.loads((out / TRAINING_RECORD_FILE).read_text())
+    assert record["steps"] == 23 and record["stopped_by"] == "max-steps"
+    last = record["epochs"][-1]
+    assert last["step"] == 23 and last["partial"] and last["cpu_minutes"] > 0
+    assert record["fitted_schedule"]["warmup_steps"] == 5  # a quarter of the 23 planned steps, not 4000
+    assert (out / "model.safetensors").is_file()
+    # A new run on the user's own pairs keeps some of them, so the folder can be checked without the corpus.
+    assert ModelFolder.open(out).validation_sample()[:2] == list(zip(val.src, val.tgt, strict=True))[:2]
+
+
+def test_a_time_limited_run_plans_its_warm_up_from_its_pace(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    out = train(options(tmp_path / "m", epochs=None, time_limit_minutes=0.05, warmup_steps=None), train_data, val)
+    record = json.loads((out / TRAINING_RECORD_FILE).read_text())
+    assert record["stopped_by"] == "time limit" and record["steps"] >= 30
+    fitted = record["fitted_schedule"]
+    assert fitted["warmup_steps"] == max(1, int(fitted["planned_steps"] * 0.25)) < 4000
+
+
+def test_a_chosen_warm_up_is_never_fitted(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    out = train(options(tmp_path / "m", max_steps=3), train_data, val)  # warm-up 100, given
+    assert not json.loads((out / TRAINING_RECORD_FILE).read_text())["fitted_schedule"]
+
+
+def test_resume_without_a_run_says_so(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    with pytest.raises(FileNotFoundError, match="no run to resume in .*start it without --resume"):
+        train(options(tmp_path / "m", resume=True), train_data, val)
