@@ -10,17 +10,17 @@ from typing import Any
 
 from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_int
 from aiayn.core.contract import VARIANTS
-from aiayn.data.multi30k import SPLITS
+from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
 from aiayn.engines import DEVICES
 from aiayn.engines.load import ENGINES, installed_engine, load_engine
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from aiayn.core.folder import ModelFolder
-    from aiayn.evaluation.evaluate import evaluate, load_split_for, tune_length_penalty
+    from aiayn.evaluation.evaluate import evaluate, evaluation_set, tune_length_penalty
 
     folder = ModelFolder.open(args.model)
-    corpus = load_split_for(folder, args.split, args.data)
+    corpus = evaluation_set(folder, args.split, args.test_files, args.test_tsv, args.data)
     if args.limit:
         corpus = corpus.head(args.limit)
     engine_name = args.engine or installed_engine()
@@ -57,19 +57,31 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(json.dumps(summary, indent=2))
         return
     s = result.scores
-    print(
-        f"{folder.name} {result.split} ({result.sentences} sentences, {engine_name}, beam {args.beam}, "
-        f"length penalty {settings.length_penalty})"
-    )
+    search = "greedy" if args.beam == 1 else f"beam {args.beam}, length penalty {settings.length_penalty}"
+    print(f"{folder.name} {result.split} ({result.sentences} sentences, {engine_name}, {search})")
     print(f"BLEU            {s.bleu:6.2f}  {s.bleu_signature}")
     print(f"BLEU lowercased {s.bleu_lowercase:6.2f}")
     print(f"chrF            {s.chrf:6.2f}  {s.chrf_signature}")
 
 
 def add_eval(sub: Any) -> None:
-    p = sub.add_parser("eval", help="translate a Multi30k split and print BLEU and chrF")
+    p = sub.add_parser("eval", help="translate a test set and print BLEU and chrF")
     add_model_flag(p)
-    p.add_argument("--split", default="test_2016_flickr", choices=SPLITS)
+    p.add_argument(
+        "--split",
+        default=None,
+        choices=SPLITS,
+        help=f"a Multi30k split (default: {TEST_SPLIT}) where the model's pair is in Multi30k; for other pairs "
+        f"{VALIDATION_SPLIT} is the validation sample training kept in the folder",
+    )
+    p.add_argument(
+        "--test-files",
+        nargs=2,
+        metavar=("SRC", "REF"),
+        default=None,
+        help="score your own test set: source and reference files, aligned line by line (plain or .gz)",
+    )
+    p.add_argument("--test-tsv", metavar="FILE", default=None, help="or one file of SOURCE<TAB>REFERENCE lines")
     p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
     p.add_argument(
         "--length-penalty",

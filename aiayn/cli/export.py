@@ -4,31 +4,49 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from aiayn.cli.args import add_data_flag
 from aiayn.core.folder import ModelFolder
-from aiayn.data.multi30k import ParallelCorpus
+from aiayn.core.normalizer import normalize_text
+from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus, is_multi30k_pair
 
-SPLIT = "test_2016_flickr"
 
+def check_set(
+    folder: ModelFolder, check_files: str | None, data: str | None
+) -> tuple[list[str], ParallelCorpus | None]:
+    """The source sentences the graphs are proven on, with their references where known: --check-files, else the
+    validation sample training kept in the folder (the user's own data), else Multi30k's test split when the
+    folder's pair is there, else a few built-in English sentences (a numeric check, whatever the language)."""
+    from aiayn.data.text_files import read_lines
+    from aiayn.evaluation.evaluate import load_split_for, validation_sample
+    from aiayn.export.checks import FALLBACK_SENTENCES
 
-def load_test_split(folder: ModelFolder, data: str | None) -> ParallelCorpus | None:
-    """The folder's language pair of test_2016_flickr, or None (with a note) when no corpus is at hand.
-
-    A folder named with --data must hold it; only the automatic search may come up empty.
-    """
-    from aiayn.evaluation.evaluate import load_split_for
-
-    try:
-        return load_split_for(folder, SPLIT, data)
-    except FileNotFoundError:
-        if data is not None:
-            raise
-        from aiayn.export.checks import FALLBACK_SENTENCES
-
-        print(f"Multi30k not found: checking on {len(FALLBACK_SENTENCES)} built-in sentences", file=sys.stderr)
-        return None
+    if check_files is not None:
+        sentences = [normalize_text(line) for line in read_lines(Path(check_files)) if line.strip()]
+        if not sentences:
+            raise ValueError(f"--check-files {check_files} holds no sentences")
+        return sentences, None
+    sample = validation_sample(folder)
+    if sample is not None:
+        return sample.src, sample
+    config = folder.config
+    if is_multi30k_pair(config.src_lang, config.tgt_lang):
+        try:
+            corpus = load_split_for(folder, TEST_SPLIT, data)
+            return corpus.src, corpus
+        except FileNotFoundError:
+            if data is not None:
+                raise
+            note = "Multi30k not found"
+    else:
+        note = f"{folder.name} keeps no validation sample"
+    print(
+        f"{note}: checking on {len(FALLBACK_SENTENCES)} built-in sentences (--check-files SRC checks on yours)",
+        file=sys.stderr,
+    )
+    return FALLBACK_SENTENCES, None
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -40,8 +58,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.check_sentences < 0:  # before the slow part
         raise ValueError(f"--check-sentences must be 0 or more, got {args.check_sentences}")
     model = load_model(folder)
-    corpus = load_test_split(folder, args.data)
-    for line in export_folder(model, folder, corpus, args.to, variants, args.check_sentences):
+    sentences, references = check_set(folder, args.check_files, args.data)
+    for line in export_folder(model, folder, sentences, references, args.to, variants, args.check_sentences):
         print(line)
 
 
@@ -55,7 +73,14 @@ def add_export(sub: Any) -> None:
         "--check-sentences",
         type=int,
         default=1000,
-        help=f"{SPLIT} sentences whose greedy and beam-4 translations must be identical (0: skip; default 1000)",
+        help="sentences whose greedy and beam-4 translations must be identical to PyTorch's (0: skip)",
+    )
+    p.add_argument(
+        "--check-files",
+        metavar="SRC",
+        default=None,
+        help="check on this file's lines (default: the validation sample training kept in the folder, else "
+        "Multi30k's test split where the folder's pair is in Multi30k)",
     )
     add_data_flag(p)
     p.set_defaults(func=cmd_export)

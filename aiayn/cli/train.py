@@ -112,7 +112,13 @@ def run_summary(folder: ModelFolder) -> list[str]:
         f"best validation BLEU {best['val_bleu']:.2f} (greedy) at step {best['step']}; those weights are in "
         f"{folder.weights_file}"
     )
-    return lines
+    model = shlex.quote(str(folder.path))
+    return [
+        *lines,
+        f"it translates now: aiayn translate --model {model} \"A sentence.\" (or aiayn serve --model {model})",
+        f"next: aiayn export {model}  (the ONNX files for other runtimes, proven against PyTorch), then "
+        f"aiayn eval --model {model} --test-files SRC REF",
+    ]
 
 
 def add_train(sub: Any) -> None:

@@ -22,12 +22,19 @@ from aiayn.data.text_files import read_lines
 
 LANGUAGES = ("de", "en", "fr", "cs")
 SPLITS = ("train", "val", "test_2016_flickr")
+VALIDATION_SPLIT = "val"  # also the name of the validation sample a model folder keeps of a user's own corpus
+TEST_SPLIT = "test_2016_flickr"
 DEFAULT_BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path("..") / "shared" / "data" / "multi30k"
 DOWNLOAD_TIMEOUT_S = 60
 GZIP_MAGIC = b"\x1f\x8b"
 FIX = "pass --data DIR or set AIAYN_DATA to a folder holding the Multi30k files (train.en.gz, val.en.gz, ...)"
+
+
+def is_multi30k_pair(src_lang: str, tgt_lang: str) -> bool:
+    """Whether Multi30k has this pair: only then may a command reach for the corpus unasked."""
+    return src_lang != tgt_lang and src_lang in LANGUAGES and tgt_lang in LANGUAGES
 
 
 @dataclass(frozen=True)

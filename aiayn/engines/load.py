@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 
 # onnx: the fastest ONNX Runtime engine for the device (on a CPU the serving graphs built from the weights,
@@ -45,7 +46,10 @@ def load_engine(
     from aiayn.engines.onnx.fused import FusedOnnxEngine
     from aiayn.engines.onnx.sessions import CPU
 
-    if engine == "onnx" and device == "cpu" and variant in FUSED_VARIANTS:
+    # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once; only
+    # a GPU needs the exported graphs, which such a folder does not have yet.
+    exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
+    if engine == "onnx" and variant in FUSED_VARIANTS and (device == "cpu" or (device == "auto" and not exported)):
         return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
     portable = OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
     if engine == "onnx" and portable.provider == CPU and variant in FUSED_VARIANTS:  # auto found no GPU

@@ -1,5 +1,5 @@
-"""`aiayn eval`: translate a Multi30k split and score it with sacreBLEU and chrF. Torch-free itself:
-the engine (PyTorch or ONNX Runtime) is passed in."""
+"""`aiayn eval`: translate a test set (the user's files, the folder's validation sample, or a Multi30k split)
+and score it with sacreBLEU and chrF. Torch-free itself: the engine (PyTorch or ONNX Runtime) is passed in."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from aiayn.core.folder import SEARCH_SECTION, ModelFolder
-from aiayn.data.multi30k import ParallelCorpus, load_parallel
+from aiayn.data.multi30k import TEST_SPLIT, VALIDATION_SPLIT, ParallelCorpus, is_multi30k_pair, load_parallel
+from aiayn.data.sources import PairSource, TextFiles, TsvFile, languages_of_files, languages_of_tsv
 from aiayn.evaluation.metrics import Scores, score
 from aiayn.search.translator import SearchSettings, Translator
 
@@ -25,9 +26,74 @@ class Evaluation:
     translations: list[str]
 
 
+TEST_FLAGS = "--test-files SRC REF or --test-tsv FILE"
+
+
 def load_split_for(folder: ModelFolder, split: str, data_dir: str | Path | None = None) -> ParallelCorpus:
     """The split in the folder's language pair, as recorded in its config.json."""
     return load_parallel(split, folder.config.src_lang, folder.config.tgt_lang, data_dir)
+
+
+def validation_sample(folder: ModelFolder) -> ParallelCorpus | None:
+    """The validation pairs training kept in the folder (a user's own corpus), or None."""
+    pairs = folder.validation_sample()
+    if not pairs:
+        return None
+    src, tgt = (list(side) for side in zip(*pairs, strict=True))
+    config = folder.config
+    return ParallelCorpus(src, tgt, config.src_lang, config.tgt_lang, VALIDATION_SPLIT, (str(folder.validation_file),))
+
+
+def corpus_of(source: PairSource, split: str, folder: ModelFolder) -> ParallelCorpus:
+    """A user's test pairs, read whole, refused when their languages are not the folder's pair."""
+    model_pair = (folder.config.src_lang, folder.config.tgt_lang)
+    if (source.src_lang, source.tgt_lang) != model_pair:
+        raise ValueError(
+            f"the test set is {source.src_lang}→{source.tgt_lang} but {folder.name} translates "
+            f"{model_pair[0]}→{model_pair[1]}; give that pair's files"
+        )
+    files = tuple(str(f["path"]) for f in source.describe().get("files", []))  # describe() refuses bad files first
+    pairs = list(source.pairs())
+    if not pairs:
+        raise ValueError(f"the test set {', '.join(files)} holds no pairs")
+    src, tgt = (list(side) for side in zip(*pairs, strict=True))
+    return ParallelCorpus(src, tgt, source.src_lang, source.tgt_lang, split, files)
+
+
+def evaluation_set(
+    folder: ModelFolder,
+    split: str | None = None,
+    files: tuple[str, str] | None = None,
+    tsv: str | None = None,
+    data_dir: str | Path | None = None,
+) -> ParallelCorpus:
+    """What `aiayn eval` scores: the user's files (named as the folder's pair unless their names say otherwise),
+    else ``split`` — of Multi30k when the folder's pair is there, else ``val``: the folder's validation sample."""
+    src_lang, tgt_lang = folder.config.src_lang, folder.config.tgt_lang
+    if files is not None or tsv is not None:
+        if split is not None:
+            raise ValueError(f"give --split or {TEST_FLAGS}, not both")
+        # Languages in the file names (test.en, test.es; test.en-es.tsv) must be the folder's; else they are taken
+        # to be.
+        source: PairSource
+        if files is not None:
+            paths = Path(files[0]), Path(files[1])
+            source = TextFiles(*paths, *(languages_of_files(*paths) or (src_lang, tgt_lang)))
+        else:
+            path = Path(str(tsv))
+            source = TsvFile(path, *(languages_of_tsv(path) or (src_lang, tgt_lang)))
+        return corpus_of(source, Path(files[0] if files else str(tsv)).name, folder)
+    if is_multi30k_pair(src_lang, tgt_lang):
+        return load_split_for(folder, split or TEST_SPLIT, data_dir)
+    if split == VALIDATION_SPLIT:
+        sample = validation_sample(folder)
+        if sample is not None:
+            return sample
+        raise ValueError(f"{folder.name} keeps no validation sample (it was not trained here); give {TEST_FLAGS}")
+    raise ValueError(
+        f"{src_lang}→{tgt_lang} is not a Multi30k pair: give {TEST_FLAGS} (or --split val for the validation "
+        "sample training kept in the folder)"
+    )
 
 
 def evaluate(

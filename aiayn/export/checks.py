@@ -24,11 +24,10 @@ from aiayn.export.parity import TOLERANCE, ParityError, check_logits, count_iden
 from aiayn.model.transformer import Transformer
 from aiayn.search.translator import SearchSettings, Translator
 
-SPLIT = "test_2016_flickr"
 PARITY_SENTENCES = 100  # the fp32 log-prob check; the identical-translation check takes --check-sentences
 INT8_BLEU_GOAL = 0.3  # largest BLEU drop we accept from int8 without saying so
 FP16_SANITY = 1.0  # fp16 log-probs further than this from fp32 mean a broken graph, not rounding
-FALLBACK_SENTENCES = [  # used when the Multi30k test split is not available
+FALLBACK_SENTENCES = [  # used when no sentences of the folder's pair are at hand
     "A dog runs across the green grass.",
     "Two children are playing with a red ball on the beach.",
     "A woman in a blue coat is waiting for the bus.",
@@ -144,13 +143,13 @@ def report_int8(
         f"greedy {gap.identical}/{check_sentences} identical to fp32"
     ]
     if corpus is None:
-        return [*lines, "int8: BLEU not measured (no Multi30k test set, or --check-sentences 0)"]
+        return [*lines, "int8: BLEU not measured (no references at hand, or --check-sentences 0)"]
     scores = bleu_by_variant(folder, corpus, ("fp32", "int8"))
     drop = scores["fp32"].bleu - scores["int8"].bleu
     verdict = "within" if drop <= INT8_BLEU_GOAL else "ABOVE"
     return [
         *lines,
-        f"BLEU {SPLIT} ({len(corpus)} sentences, beam 4, ONNX Runtime CPU): fp32 {scores['fp32'].bleu:.2f}, "
+        f"BLEU {corpus.split} ({len(corpus)} sentences, beam 4, ONNX Runtime CPU): fp32 {scores['fp32'].bleu:.2f}, "
         f"int8 {scores['int8'].bleu:.2f}, drop {drop:.2f} ({verdict} the {INT8_BLEU_GOAL} goal)",
     ]
 
@@ -182,20 +181,19 @@ def export_to_ctranslate2(model: Transformer, folder: ModelFolder, sentences: li
 def export_folder(
     model: Transformer,
     folder: ModelFolder,
-    corpus: ParallelCorpus | None,
+    sentences: list[str],
+    corpus: ParallelCorpus | None = None,
     to: str = "onnx",
     variants: Sequence[str] = (),
     check_sentences: int = 1000,
 ) -> list[str]:
     """Everything `aiayn export` does: ONNX graphs (and ``variants``) or a CTranslate2 model, proven on
-    ``corpus`` (its source side; the built-in sentences when it is None)."""
+    ``sentences``; ``corpus``, where the sentences have references, also scores int8 in BLEU."""
     if check_sentences < 0:
         raise ValueError(f"--check-sentences must be 0 or more, got {check_sentences}")
     if to == "ctranslate2" and variants:
         raise ValueError("--quantize and --fp16 apply to ONNX graphs; leave them out with --to ctranslate2")
-    if corpus is not None:
-        corpus = corpus.head(max(check_sentences, PARITY_SENTENCES))
-    sentences = corpus.src if corpus is not None else FALLBACK_SENTENCES
+    sentences = sentences[: max(check_sentences, PARITY_SENTENCES)]
     if to == "ctranslate2":
         return export_to_ctranslate2(model, folder, sentences[: max(check_sentences, 1)])
     lines = export_and_prove_onnx(model, folder, sentences, variants, check_sentences)

@@ -257,19 +257,27 @@ class Trainer:
 
     def plan_schedule(self, steps_per_epoch: int) -> None:
         """Decide once whether eq. 3's warm-up fits the planned run, and shorten it where it does not."""
-        if not self.fits_schedule or self.progress.fitted_schedule is not None:
+        if self.progress.fitted_schedule is not None:
             return
         planned = self.planned_steps(steps_per_epoch)
         if planned is None:
             return
         warmup, scale = self.options.warmup_steps, self.options.lr_scale
+        if not self.fits_schedule:
+            self.progress.fitted_schedule = {}  # decided: the chosen warm-up stays
+            if self.is_main and planned < warmup:
+                tqdm.write(
+                    f"warning: the warm-up ({warmup} steps, as chosen) is longer than this run's ~{planned} steps: "
+                    "the learning rate will still be rising when it ends, so expect it to learn little"
+                )
+            return
         self.progress.fitted_schedule = fitted_schedule(planned, warmup, scale) or {}
         if self.is_main and self.progress.fitted_schedule:
             fitted = self.progress.fitted_schedule
             peak = learning_rate(warmup, self.config.d_model, warmup, scale)
             tqdm.write(
-                f"warm-up: {warmup} steps would not fit a run of about {planned} steps; {fitted['warmup_steps']} "
-                f"instead (a quarter of the run, the same peak rate {peak:.2e}; --warmup N sets it yourself)"
+                f"warm-up: {warmup} steps is too long for a run of about {planned} steps; {fitted['warmup_steps']} "
+                f"instead (a quarter of the run, to the same peak rate {peak:.2e}; --warmup N sets it yourself)"
             )
 
     def end_epoch(self, train_loss: float) -> None:

@@ -228,7 +228,7 @@ def test_the_export_command_prints_its_checks_and_refuses_bad_input(
     copy = tmp_path / "cli"
     shutil.copytree(folder, copy)
     monkeypatch.setattr(checks, "PARITY_SENTENCES", 8)  # keep the random model's lockstep check short
-    monkeypatch.setattr(export_command, "load_test_split", lambda folder, data: None)  # the built-in sentences
+    monkeypatch.setattr(export_command, "check_set", lambda *args: (checks.FALLBACK_SENTENCES, None))
     args = parser.parse_args(["export", str(copy), "--quantize", "int8", "--fp16", "--check-sentences", "2"])
     args.func(args)
     out = capsys.readouterr().out

@@ -227,10 +227,11 @@ def test_a_time_limited_run_plans_its_warm_up_from_its_pace(tmp_path: Path) -> N
     assert fitted["warmup_steps"] == max(1, int(fitted["planned_steps"] * 0.25)) < 4000
 
 
-def test_a_chosen_warm_up_is_never_fitted(tmp_path: Path) -> None:
+def test_a_chosen_warm_up_is_never_fitted_but_warned_of(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
     out = train(options(tmp_path / "m", max_steps=3), train_data, val)  # warm-up 100, given
     assert not json.loads((out / TRAINING_RECORD_FILE).read_text())["fitted_schedule"]
+    assert "the warm-up (100 steps, as chosen) is longer than this run's ~3 steps" in capsys.readouterr().out
 
 
 def test_resume_without_a_run_says_so(tmp_path: Path) -> None:
