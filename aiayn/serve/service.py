@@ -109,7 +109,7 @@ class LoadedModel:
         """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
         out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is.
         A sentence that cannot be cut to the token limit is refused alone, so the rest still translates."""
-        shape = layout(text)
+        shape = layout(text, self.config.src_lang)
         unknown = self.tokenizer.unknown_characters(" ".join(shape.sentences))
         src_ids: list[list[int]] = []
         owner: list[int] = []

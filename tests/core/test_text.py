@@ -19,30 +19,80 @@ from aiayn.core.text import (
 
 def test_sentences_are_split_and_lines_kept() -> None:
     text = "A dog runs. Two cats sleep!\n\nIs it raining? Yes.\n"
-    shape = layout(text)
+    shape = layout(text, "en")
     assert shape.sentences == ["A dog runs.", "Two cats sleep!", "Is it raining?", "Yes."]
     assert (
         reassemble(shape, [s.upper() for s in shape.sentences]) == "A DOG RUNS. TWO CATS SLEEP!\n\nIS IT RAINING? YES."
     )
 
 
+def pieces_of(line: str, sentences: list[str]) -> bool:
+    """``sentences`` are ``line`` in order with only white space between them and around them."""
+    rest = line
+    for sentence in sentences:
+        gap, found, rest = rest.partition(sentence)
+        if not found or gap.strip():
+            return False
+    return not rest.strip()
+
+
 @pytest.mark.parametrize(
-    ("line", "sentences"),
+    ("language", "line", "sentences"),
     [
-        ("The price is 3.5 euros and it is fine.", ["The price is 3.5 euros and it is fine."]),
-        ('He said "Go." Then he left.', ['He said "Go."', "Then he left."]),
-        ("Mr. Smith and Dr. Weber talk, z.B. Bello. Gut.", ["Mr. Smith and Dr. Weber talk, z.B. Bello.", "Gut."]),
-        ("Wait... what? No.", ["Wait... what?", "No."]),
-        ("Hello. Привет! 2 dogs run. 狗 runs.", ["Hello.", "Привет!", "2 dogs run.", "狗 runs."]),
+        ("en", "The price is 3.5 euros and it is fine.", ["The price is 3.5 euros and it is fine."]),
+        ("en", 'He said "Go."  Then he left. ', ['He said "Go."', "Then he left."]),
+        ("en", "Mr. Smith and Dr. Weber talk. Gut.", ["Mr. Smith and Dr. Weber talk.", "Gut."]),
+        ("de", "Herr Dr. Weber sagt z.B. Bello. Gut.", ["Herr Dr. Weber sagt z.B. Bello.", "Gut."]),
+        ("en", "Wait... what? No.", ["Wait... what?", "No."]),
+        ("en", "Hello. Привет! 2 dogs run. 狗 runs.", ["Hello.", "Привет!", "2 dogs run.", "狗 runs."]),
+        # Real two-sentence captions stay two.
+        ("de", "Zwei Männer treten auf. Beide spielen Gitarre.", ["Zwei Männer treten auf.", "Beide spielen Gitarre."]),
+        ("fr", "Un jeune bébé  dort. Il porte un pyjama.", ["Un jeune bébé  dort.", "Il porte un pyjama."]),
     ],
 )
-def test_sentence_ends_keep_every_character(line: str, sentences: list[str]) -> None:
-    assert split_sentences(line) == sentences
+def test_sentences_by_the_language_keep_every_character(language: str, line: str, sentences: list[str]) -> None:
+    assert split_sentences(line, language) == sentences
+    assert pieces_of(line, sentences)
+
+
+@pytest.mark.parametrize(
+    ("language", "caption"),
+    [
+        # Names and abbreviations our old regex cut, each piece then translated on its own.
+        ("en", "A group of U.S. Navy jets fly in formation."),
+        ("en", "Several men are walking and standing in John A. Noble facility."),
+        ("en", "J. R. R. Tolkien wrote books."),
+        ("en", "A man is walking past a large sign that says E.S.E. Electronics."),
+        ("de", "Ein Mann zeigt ein Buch in der U.S. Armee Yongsan Bücherei."),
+        ("de", "Mehrere Männer gehen und stehen in einer John A. Noble Einrichtung."),
+        ("fr", 'Un homme passe devant un grand panneau où est écrit "E.S.E. Electronics".'),
+        ("cs", "Lidé se účastní J. P. Morgan Corporate Challenge."),
+        # sentencex cuts these; the next piece does not start like a sentence, or no space comes before it.
+        ("en", "A boy with a t-shirt on that says FROG! stands leafing through the pages of a book."),
+        ("fr", "Un plongeur S.C.U.B.A. nage dans une eau bleue profonde."),
+        ("fr", "Oh, ma tête, espèce de trou du c..., regarde ce que tu fais la prochaine fois."),
+        ("cs", "Muž ukazuje knihu v knihovně U.S Army Yongsan."),
+    ],
+)
+def test_a_caption_of_one_sentence_stays_whole(language: str, caption: str) -> None:
+    assert split_sentences(caption, language) == [caption]
+    assert split_sentences(f"{caption} Two dogs run.", language) == [caption, "Two dogs run."]
+
+
+def test_a_language_sentencex_does_not_know_gets_its_generic_rules() -> None:
+    assert split_sentences("A dog runs. Two cats sleep! no cut", "xx") == ["A dog runs.", "Two cats sleep! no cut"]
+    assert split_sentences("A group of U.S. Navy jets fly.", "xx") == ["A group of U.S. Navy jets fly."]
+
+
+def test_the_language_decides_an_abbreviation() -> None:
+    line = "Äpfel, Birnen usw. Dann Kirschen."
+    assert split_sentences(line, "de") == [line]
+    assert split_sentences(line, "en") == ["Äpfel, Birnen usw.", "Dann Kirschen."]
 
 
 def test_empty_and_blank_text_give_no_sentences() -> None:
-    assert layout("").sentences == [] and layout("   \n  ").sentences == []
-    assert reassemble(layout("\n"), []) == ""
+    assert layout("", "en").sentences == [] and layout("   \n  ", "en").sentences == []
+    assert reassemble(layout("\n", "en"), []) == ""
 
 
 def test_long_sentences_are_split_at_words_not_truncated() -> None:
@@ -72,6 +122,6 @@ def test_only_newline_and_carriage_return_break_lines(inside: str) -> None:
         "Two birds.",
         "End.",
     ]
-    shape = layout(f"A dog runs.{inside}A cat sleeps.")
+    shape = layout(f"A dog runs.{inside}A cat sleeps.", "en")
     assert shape.sentences == ["A dog runs.", "A cat sleeps."] and len(shape.lines) == 1
     assert split_lines("") == [] and split_lines("\n") == [""]
