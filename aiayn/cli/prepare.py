@@ -37,6 +37,6 @@ def add_prepare(sub: Any) -> None:
         "--vocab-size",
         type=positive_int,
         default=PRESETS["tiny"].vocab_size,
-        help=f"BPE vocabulary shared by both languages (default {PRESETS['tiny'].vocab_size}; the paper: 37000)",
+        help="BPE vocabulary shared by both languages (the paper: 37000)",
     )
     p.set_defaults(func=cmd_prepare)

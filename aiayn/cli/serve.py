@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -24,6 +25,8 @@ def read_input(args: argparse.Namespace) -> list[str]:
         raise ValueError("give either TEXT or --input FILE, not both")
     if args.text is not None:
         return split_lines(args.text) or [""]
+    if args.input is not None and Path(args.input).is_dir():
+        raise UserError(f"--input {args.input}: is a folder; give a text file")
     if args.input is not None and not Path(args.input).is_file():
         raise FileNotFoundError(f"--input {args.input}: no such file")
     if args.input is None and sys.stdin.isatty():
@@ -34,6 +37,19 @@ def read_input(args: argparse.Namespace) -> list[str]:
     except UnicodeDecodeError as err:
         source = args.input or "standard input"
         raise ValueError(f"{source} is not UTF-8 text (byte {err.start}); convert it to UTF-8 first") from None
+
+
+def check_output(path: str | None) -> None:
+    """Refuse an --output that cannot be written before the model loads, without creating or emptying it."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(f"--output {path}: is a folder; give a file name")
+    if not target.parent.is_dir():
+        raise UserError(f"--output {path}: cannot write it (no folder {target.parent})")
+    if not os.access(target if target.exists() else target.parent, os.W_OK):
+        raise UserError(f"--output {path}: cannot write it (permission denied)")
 
 
 def open_output(path: str | None) -> AbstractContextManager[TextIO]:
@@ -52,9 +68,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from aiayn.serve.service import TranslationService
 
     lines = read_input(args)
-    model = TranslationService(args.engine, args.device, args.threads).model(args.model)
-    engine = getattr(model.engine, "name", args.engine)
-    print(f"model {model.folder.path}, engine {engine}, execution provider: {model.provider}", file=sys.stderr)
+    check_output(args.output)
+    service = TranslationService(args.engine, args.device, args.threads, split_clauses=not args.no_clauses)
+    model = service.model(args.model)
+    print(f"model {model.folder.path}, engine {args.engine}, execution provider: {model.provider}", file=sys.stderr)
     # One line in, one line out. The lines go in chunks: a chunk's sentences are searched together, batched by
     # length, and its translations written (and flushed) before the next chunk starts.
     chunks = [model.prepare(lines[start : start + CHUNK_LINES]) for start in range(0, len(lines), CHUNK_LINES)]
@@ -96,7 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from aiayn.serve.service import TranslationService
 
     check_port(args.host, args.port)
-    service = TranslationService("onnx", args.device, args.threads)
+    service = TranslationService("onnx", args.device, args.threads, split_clauses=not args.no_clauses)
     app = build_app(service, args.model)
     launch(app, args.host, args.port, args.share, block=False)
     names = ", ".join(service.models)
@@ -126,6 +143,7 @@ def add_translate(sub: Any) -> None:
         "torch: needs the [train] extra",
     )
     add_engine_flags(p)
+    add_clauses_flag(p)
     p.set_defaults(func=cmd_translate)
 
 
@@ -136,4 +154,14 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--port", type=port_number, default=7860, help="TCP port to listen on")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     add_engine_flags(p)
+    add_clauses_flag(p)
     p.set_defaults(func=cmd_serve)
+
+
+def add_clauses_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-clauses",
+        action="store_true",
+        help="translate every sentence whole, never clause by clause (docs/serve.md): as another runtime given "
+        "the same sentences would, to compare them sentence by sentence",
+    )

@@ -16,7 +16,7 @@ from aiayn.core.config import ModelConfig
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
 OPSET = 18
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 1  # raised when a name, dtype, axis or meaning below, or the decoding steps, change (docs/onnx.md)
 
 # Tensor names that are not per layer.
 SRC_IDS, MEMORY = "src_ids", "memory"

@@ -251,10 +251,10 @@ class ModelFolder:
         tuned = {"length_penalty": saved["length_penalty"]} if "length_penalty" in saved else {}
         return replace(SearchSettings(**tuned), **changes)
 
-    def clause_splitter(self) -> ClauseSplitter:
+    def clause_splitter(self, split: bool = True) -> ClauseSplitter:
         """Long sentences cut into clauses for this folder's model: over the ``clauses`` section's
-        ``split_over_tokens`` (never, for a folder without one)."""
-        limit = self.section(CLAUSES_SECTION).get("split_over_tokens")
+        ``split_over_tokens`` (never, for a folder without one, or with ``split=False``)."""
+        limit = self.section(CLAUSES_SECTION).get("split_over_tokens") if split else None
         return ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
 
     def translator(self, engine: StepModel[Any], **batching: int) -> Translator:

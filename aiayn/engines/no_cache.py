@@ -15,8 +15,6 @@ class NoCacheEngine(FullDistributionStep[NoCacheState]):
     """No KV cache: each step re-decodes every position fed so far (what the Annotated Transformer's
     ``greedy_decode`` does), so the bench can show what the cache saves."""
 
-    name = "torch, no cache"
-
     def __init__(self, model: Transformer) -> None:
         self.inner = TorchEngine(model)
         self.bos_id, self.eos_id, self.pad_id = self.inner.bos_id, self.inner.eos_id, self.inner.pad_id

@@ -25,8 +25,6 @@ def take_rows(values: Sequence[Tensor], rows: np.ndarray) -> list[Tensor]:
 class TorchEngine(FullDistributionStep[TorchState]):
     """Encodes once, then decodes one step at a time with the KV cache; NumPy in and out."""
 
-    name = "torch"
-
     def __init__(self, model: Transformer, device: str | torch.device = "cpu") -> None:
         self.model = model.to(device).eval()
         self.device = torch.device(device)

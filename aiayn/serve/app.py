@@ -5,11 +5,15 @@ from __future__ import annotations
 import html
 import socket
 import tempfile
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import gradio as gr
 import numpy as np
+from gradio.data_classes import FileData
+from pydantic import ValidationError
 
 from aiayn.core.folder import bundled_models
 from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS
@@ -101,15 +105,30 @@ def user_error(message: str) -> gr.Error:
 
 
 def beam_size_of(value: Any) -> int:
-    """The beam size as the page or the API sent it: a whole number from 1 to MAX_BEAM, else a user error.
-    (Gradio's own check of the slider fails on text or None with a generic error, and rounds 2.7 to 2.)"""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
+    """The beam size as the page or the API sent it: a whole number from 1 to MAX_BEAM, else one user error for
+    every way it can be wrong. (Gradio's own check of the slider fails on text or None with a generic error,
+    rounds 2.7 to 2, and words 0 and 9 differently.)"""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not float(value).is_integer()
+        or not 1 <= value <= MAX_BEAM
+    ):
         raise user_error(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {value!r}")
-    try:
-        gr.Number.raise_if_out_of_bounds(value, 1, MAX_BEAM)  # in the words of the page's slider
-    except gr.Error as err:
-        raise user_error(str(err.message)) from None
     return int(value)
+
+
+class Upload(FileData):
+    """A UTF-8 .txt file to translate; from Python, send gradio_client.handle_file(path)."""
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        """Gradio checks an API's file input here even with preprocess=False, and answers anything but an
+        uploaded file with a generic error (its check raises no gr.Error): this one says what to send."""
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError:
+            raise user_error(f"the file must be uploaded (gradio_client.handle_file(path)), got {obj!r:.80}") from None
 
 
 def upload_path(payload: Any) -> str | None:
@@ -127,25 +146,55 @@ def read_upload(path: str) -> str:
         ) from None
 
 
+@dataclass(frozen=True)
+class Direction:
+    """A served model as the page and the API name it."""
+
+    value: str  # the API's: its pair, ``en-es``; ``en-es:FOLDER`` where several served models share the pair
+    label: str  # the page's: ``en → es``, and ``(FOLDER)`` where several share the pair
+    name: str  # what the service loaded it by: a bundled name or a folder
+    pair: tuple[str, str]
+    model: LoadedModel
+
+
+def directions(models: dict[str, LoadedModel]) -> dict[str, Direction]:
+    """The served models by their API value, from each folder's own languages (config.json), never its path."""
+    pairs = Counter((m.config.src_lang, m.config.tgt_lang) for m in models.values())
+    found: dict[str, Direction] = {}
+    for name, model in models.items():
+        src, tgt = pair = model.config.src_lang, model.config.tgt_lang
+        value, label = f"{src}-{tgt}", f"{src} → {tgt}"
+        if pairs[pair] > 1:
+            folder = model.folder.path.name
+            value, label = f"{value}:{folder}", f"{label} ({folder})"
+        if value in found:
+            raise ValueError(f"{found[value].name} and {name} are both {label}: serve one, or rename a folder")
+        found[value] = Direction(value, label, name, pair, model)
+    return found
+
+
 def build_app(service: TranslationService, model_names: list[str] | None = None) -> gr.Blocks:
     """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts."""
     names = model_names or list(bundled_models())
     if not names:
         raise FileNotFoundError("no bundled models found; pass --model DIR or add folders under pretrained/")
-    models = {name: service.model(name) for name in names}
-    provider = models[names[0]].provider
+    served = directions({name: service.model(name) for name in names})
+    first = next(iter(served.values()))
+    reverse = {  # direction → the first served one of the reverse pair, for the swap button
+        d.value: next((r.value for r in served.values() if r.pair == d.pair[::-1]), None) for d in served.values()
+    }
     downloads = Path(tempfile.mkdtemp(prefix="aiayn-downloads-"))
 
     # The API's two endpoints take their inputs unprocessed (preprocess=False) and check them here: Gradio's own
     # checks answer a bad beam size with a generic error, and print a traceback in the log for every refusal.
-    def model_name(direction: Any) -> str:
-        if direction not in names:
-            raise user_error(f"{direction} is not in the list of choices: {', '.join(names)}")
-        return str(direction)
+    def direction_of(value: Any) -> Direction:
+        if not isinstance(value, str) or value not in served:
+            raise user_error(f"{value} is not in the list of choices: {', '.join(served)}")
+        return served[value]
 
     def translate(text: Any, direction: Any, beam_size: Any) -> tuple[str, str, Attention | None]:
         """Translate up to 5000 characters; returns the translation and a line with latency and execution provider."""
-        model, beam = model_name(direction), beam_size_of(beam_size)
+        model, beam = direction_of(direction).name, beam_size_of(beam_size)
         try:
             result = service.translate("" if text is None else str(text), model, beam, with_attention=True)
         except ValueError as err:
@@ -157,34 +206,45 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
         path = upload_path(upload)
         if path is None:
             return None
-        model, beam = model_name(direction), beam_size_of(beam_size)
+        chosen, beam = direction_of(direction), beam_size_of(beam_size)
+        text = read_upload(path)  # its error is already the user's, not a ValueError to wrap again
         try:
-            translated = service.translate_file(read_upload(path), model, beam)
+            translated = service.translate_file(text, chosen.name, beam)
         except ValueError as err:
             raise user_error(str(err)) from None
-        out = Path(tempfile.mkdtemp(dir=downloads)) / f"{Path(path).stem}.{model}.txt"
+        out = Path(tempfile.mkdtemp(dir=downloads)) / f"{Path(path).stem}.{'-'.join(chosen.pair)}.txt"
         out.write_text(translated + "\n", encoding="utf-8")
         return str(out)
 
     def swap(direction: str, source: str, target: str) -> tuple[str, str, str]:
-        src, _, tgt = direction.partition("-")
-        reverse = f"{tgt}-{src}"
-        return (reverse, target, source) if reverse in models else (direction, source, target)
+        back = reverse[direction]
+        return (back, target, source) if back is not None else (direction, source, target)
 
     def change_direction(direction: str) -> tuple[gr.Dataset, gr.Radio, None]:
-        samples, label = examples_for(models[direction])
-        heads = ["average"] + [str(h) for h in range(models[direction].config.n_heads)]
+        model = served[direction].model
+        samples, label = examples_for(model)
+        heads = ["average"] + [str(h) for h in range(model.config.n_heads)]
         return gr.Dataset(samples=[[s] for s in samples], label=label), gr.Radio(heads, value="average"), None
 
-    first_examples, examples_label = examples_for(models[names[0]])
+    def cleared() -> tuple[str, str, None, str]:
+        """After a refused request: no earlier translation, timing or heatmap left beside its error."""
+        return "", "", None, heatmap_html(None, "average")
+
+    first_examples, examples_label = examples_for(first.model)
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         gr.Markdown(
             "# aiayn: the Transformer of *Attention Is All You Need*\n"
-            f"Trained on Multi30k (short image captions); ONNX Runtime and NumPy on **{provider}**. "
+            f"Trained on Multi30k (short image captions); ONNX Runtime and NumPy on **{first.model.provider}**. "
             f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept."
         )
         with gr.Row():
-            direction = gr.Dropdown(names, value=names[0], label="Direction", elem_id="direction", scale=3)
+            direction = gr.Dropdown(
+                [(d.label, d.value) for d in served.values()],
+                value=first.value,
+                label="Direction",
+                elem_id="direction",
+                scale=3,
+            )
             swap_button = gr.Button("⇄ Swap", elem_id="swap-button", scale=1)
             beam = gr.Slider(1, MAX_BEAM, value=4, step=1, precision=0, label="Beam size (1 = greedy)", scale=3)
         with gr.Row():
@@ -198,22 +258,25 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
         title = "Cross-attention of the last decoder layer (first sentence; of a long one, its first clause)"
         with gr.Accordion(title, open=True):
             head = gr.Radio(
-                ["average"] + [str(h) for h in range(models[names[0]].config.n_heads)], value="average", label="Head"
+                ["average"] + [str(h) for h in range(first.model.config.n_heads)], value="average", label="Head"
             )
             heatmap = gr.HTML(heatmap_html(None, "average"), elem_id="heatmap")
         with gr.Accordion(f"Translate a UTF-8 .txt file (up to {MAX_FILE_CHARS} characters)", open=False):
             upload = gr.File(file_types=[".txt"], label="Text file, one or more lines", elem_id="upload")
+            upload.data_model = Upload  # its check of an API call says what to send
             download = gr.File(label="Translation", elem_id="download")
         attention = gr.State(None)
 
-        translate_button.click(
+        translated = translate_button.click(
             translate,
             [source, direction, beam],
             [output, status, attention],
             api_name="translate",
             concurrency_limit=CONCURRENCY_LIMIT,
             preprocess=False,
-        ).success(heatmap_html, [attention, head], heatmap, api_visibility="private")
+        )
+        translated.success(heatmap_html, [attention, head], heatmap, api_visibility="private")
+        translated.failure(cleared, None, [output, status, attention, heatmap], api_visibility="private")
         head.change(heatmap_html, [attention, head], heatmap, api_visibility="private")
         swap_button.click(swap, [direction, source, output], [direction, source, output], api_visibility="private")
         direction.change(change_direction, direction, [examples, head, attention], api_visibility="private")
@@ -225,7 +288,7 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             api_name="translate_file",
             concurrency_limit=1,
             preprocess=False,
-        )
+        ).failure(lambda: None, None, download, api_visibility="private")  # no earlier file beside the error
     app.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=MAX_QUEUE)
     return app
 

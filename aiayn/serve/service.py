@@ -85,9 +85,10 @@ class Result:
 
 
 class LoadedModel:
-    """One model folder ready to translate: engine, tokenizer and the translator over them."""
+    """One model folder ready to translate: engine, tokenizer and the translator over them. ``split_clauses=False``
+    translates every sentence whole, as another runtime given the same sentences would (``core/clauses.py``)."""
 
-    def __init__(self, folder: ModelFolder, engine: Any) -> None:
+    def __init__(self, folder: ModelFolder, engine: Any, split_clauses: bool = True) -> None:
         self.folder = folder
         self.config = folder.config
         self.tokenizer = folder.tokenizer
@@ -95,7 +96,7 @@ class LoadedModel:
         self.translator = folder.translator(engine)
         self.batcher = SearchBatcher(self.translator)
         self.search = folder.search_settings()
-        self.clauses = folder.clause_splitter()
+        self.clauses = folder.clause_splitter(split_clauses)
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
@@ -187,10 +188,12 @@ def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
 
 
 class TranslationService:
-    """Loads models by name on first use and serves them to many threads."""
+    """Loads models by name on first use and serves them to many threads (``split_clauses``: as ``LoadedModel``)."""
 
-    def __init__(self, engine: str = "onnx", device: str = "auto", threads: int | None = None) -> None:
-        self.engine, self.device, self.threads = engine, device, threads
+    def __init__(
+        self, engine: str = "onnx", device: str = "auto", threads: int | None = None, split_clauses: bool = True
+    ) -> None:
+        self.engine, self.device, self.threads, self.split_clauses = engine, device, threads, split_clauses
         self.models: dict[str, LoadedModel] = {}
         self.lock = threading.Lock()
 
@@ -198,9 +201,8 @@ class TranslationService:
         with self.lock:
             if name not in self.models:
                 folder = ModelFolder.open(name)
-                self.models[name] = LoadedModel(
-                    folder, load_engine(folder, self.engine, self.device, threads=self.threads)
-                )
+                engine = load_engine(folder, self.engine, self.device, threads=self.threads)
+                self.models[name] = LoadedModel(folder, engine, self.split_clauses)
             return self.models[name]
 
     def translate(self, text: str, model: str, beam_size: int = 4, with_attention: bool = False) -> Result:

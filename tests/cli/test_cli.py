@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def test_standard_input_line_for_line(bundled: dict[str, Path]) -> None:
         check=True,
     )
     assert result.stdout.splitlines() == EXPECTED
-    assert "execution provider: CPUExecutionProvider" in result.stderr
+    assert "engine onnx, execution provider: CPUExecutionProvider" in result.stderr  # the engine as it was named
 
 
 def test_a_file_with_a_progress_bar_and_the_torch_engine_agrees(
@@ -121,6 +122,19 @@ def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str
     assert model.translate("", 4).text == "" and model.translate(" \n ", 4).text == ""
 
 
+def test_no_clauses_translates_every_sentence_whole(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    sentence = "A man in a red shirt is riding a bike down the street, and a woman is walking her dog in the park."
+    split = TranslationService(device="cpu").model("en-de")
+    whole = TranslationService(device="cpu", split_clauses=False).model("en-de")
+    assert len(split.prepare(sentence).src_ids) == 2 and len(whole.prepare(sentence).src_ids) == 1
+    alone = whole.translator.translate([sentence], replace(whole.search, beam_size=1))[0]  # as another runtime would
+    assert whole.translate(sentence, 1).text == alone != split.translate(sentence, 1).text
+    code, out, _ = run_cli(["translate", "--no-clauses", "--beam", "1", "--device", "cpu", sentence], capsys)
+    assert code == 0 and out == alone + "\n"
+
+
 @pytest.fixture
 def damaged_folder(bundled: dict[str, Path], tmp_path: Path) -> Path:
     """A copy of the bundled en-de whose model.safetensors was cut short (an interrupted copy or download)."""
@@ -196,6 +210,26 @@ def test_output_file_is_written_chunk_by_chunk_in_input_order(
 def test_output_into_a_missing_folder_is_one_line(bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["translate", "--output", "/no/such/dir/out.txt", "--device", "cpu", "A dog."], capsys)
     assert code == 2 and err.splitlines()[-1].startswith("aiayn translate: error: --output /no/such/dir/out.txt: ")
+
+
+def test_folders_and_unwritable_outputs_are_refused_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def load(self: TranslationService, name: str) -> None:
+        raise AssertionError("the model was loaded before the files were checked")
+
+    monkeypatch.setattr(TranslationService, "model", load)
+    source = tmp_path / "in.txt"
+    source.write_text("A dog.\n", encoding="utf-8")
+    missing = tmp_path / "no" / "out.txt"
+    for args, message in [
+        (["--input", str(tmp_path)], f"--input {tmp_path}: is a folder; give a text file"),
+        (["--input", str(source), "--output", str(tmp_path)], f"--output {tmp_path}: is a folder; give a file name"),
+        (["--output", str(missing), "A dog."], f"--output {missing}: cannot write it (no folder {missing.parent})"),
+    ]:
+        code, out, err = run_cli(["translate", *args], capsys)
+        assert code == 2 and out == "" and err.splitlines() == [f"aiayn translate: error: {message}"]
+    assert not missing.parent.exists()
 
 
 @pytest.mark.parametrize("inside", ["\f", "\v", "\u2028", "\x85"])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -16,9 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import gradio as gr
+import onnx
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
+
+from aiayn.core.contract import CONFIG_FINGERPRINT_KEY
+from aiayn.core.folder import ONNX_SECTION, ModelFolder
+from aiayn.serve.app import build_app, directions, launch
+from aiayn.serve.service import TranslationService
 
 SENTENCES = ["Two dogs play in the snow.", "A man in a blue shirt is riding a bike.", "A girl jumps into the pool."]
 STARTUP_TIMEOUT_S = 120
@@ -124,14 +133,17 @@ def test_bad_inputs_get_clear_answers_and_the_server_keeps_serving(client: Clien
     assert text == cli_translate([mixed])[0] and text.startswith("Ein Hund") and "Привет!" in text
     left_out = status.split("left out: ")[1].split(" · ")[0].split()
     assert {"🐕", "狗"} <= set(left_out) and "1 sentence(s) without a known word kept" in status
-    with pytest.raises(Exception, match="greater than maximum value 8"):
+    with pytest.raises(AppError, match="beam size must be a whole number from 1 to 8, got 9"):
         translate(client, SENTENCES[0], beam=9)
     with pytest.raises(Exception, match="en-fr is not in the list of choices"):
         translate(client, SENTENCES[0], "en-fr")
     assert translate(client, SENTENCES[0])[0] == cli_translate(SENTENCES[:1])[0]
 
 
-def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(client: Client, tmp_path: Path) -> None:
+def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(
+    server: Server, client: Client, tmp_path: Path
+) -> None:
+    log_before = server.log.read_text()
     good = tmp_path / "lines.txt"
     good.write_text(f"{SENTENCES[0]}\n\n{SENTENCES[2]}\n", encoding="utf-8")
     out = Path(client.predict(handle_file(str(good)), "en-de", 4, api_name="/translate_file"))
@@ -143,13 +155,18 @@ def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(client: C
     ]
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("Ein Hund läuft.".encode("latin-1"))
-    with pytest.raises(Exception, match="not UTF-8 text"):
+    with pytest.raises(AppError) as refused:
         client.predict(handle_file(str(latin1)), "de-en", 4, api_name="/translate_file")
+    assert refused.value.message.startswith("the file is not UTF-8 text (byte 10 cannot be read)")  # no quotes
+    with pytest.raises(AppError) as refused:
+        client.predict(str(good), "en-de", 4, api_name="/translate_file")  # a path, not handle_file(path)
+    assert refused.value.message == f"the file must be uploaded (gradio_client.handle_file(path)), got {str(good)!r}"
     big = tmp_path / "big.txt"
     big.write_text("A dog runs.\n" * 5000, encoding="utf-8")
     with pytest.raises(Exception, match="the file has 60000 characters; at most 50000"):
         client.predict(handle_file(str(big)), "en-de", 4, api_name="/translate_file")
     assert translate(client, SENTENCES[1])[0] == cli_translate(SENTENCES[1:2])[0]
+    assert "Traceback" not in server.log.read_text()[len(log_before) :]
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
@@ -196,7 +213,8 @@ def test_concurrent_load_matches_serial_answers(server: Server) -> None:
         (("en-de", "abc"), "beam size must be a whole number from 1 to 8, got 'abc'"),
         (("en-de", None), "beam size must be a whole number from 1 to 8, got None"),
         (("en-de", 2.7), "beam size must be a whole number from 1 to 8, got 2.7"),
-        (("en-de", 0), "Value 0 is less than minimum value 1"),
+        (("en-de", 0), "beam size must be a whole number from 1 to 8, got 0"),
+        (("en-de", 2.5), "beam size must be a whole number from 1 to 8, got 2.5"),
         ((None, 4), "None is not in the list of choices: en-de, de-en"),
     ],
 )
@@ -216,7 +234,99 @@ def test_bad_api_inputs_are_refused_by_name_without_a_traceback_in_the_log(
     assert translate(client, SENTENCES[0], beam=2.0)[0] == cli_translate(SENTENCES[:1], beam=2)[0]
 
 
-def test_the_api_names_both_outputs_and_takes_no_text_as_empty(client: Client) -> None:
-    endpoint = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/translate"]
-    assert [output["label"] for output in endpoint["returns"]] == ["Translation", "Status"]
+def test_the_api_names_its_parameters_and_both_outputs_and_takes_no_text_as_empty(client: Client) -> None:
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    parameters = {name: [p["parameter_name"] for p in endpoints[name]["parameters"]] for name in endpoints}
+    # The names docs/serve.md gives; the README's API lines must say the same.
+    assert parameters["/translate"] == ["text", "direction", "beam_size"]
+    assert parameters["/translate_file"] == ["upload", "direction", "beam_size"]
+    assert [output["label"] for output in endpoints["/translate"]["returns"]] == ["Translation", "Status"]
     assert client.predict(None, "en-de", 4, api_name="/translate")[0] == ""
+
+
+def copy_with_languages(source: Path, target: Path, src_lang: str, tgt_lang: str) -> Path:
+    """A copy of a model folder that says it translates src_lang → tgt_lang, as a user's own folder would (the
+    weights don't care); its graphs are stamped again for the changed config.json, as `aiayn export` would."""
+    shutil.copytree(source, target)
+    config_file = target / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["model"].update(src_lang=src_lang, tgt_lang=tgt_lang)
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    fingerprint = ModelFolder.open(target).config.fingerprint()
+    config[ONNX_SECTION][CONFIG_FINGERPRINT_KEY] = fingerprint
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    for graph_file in target.glob("*.onnx"):
+        graph = onnx.load(str(graph_file))
+        next(p for p in graph.metadata_props if p.key == CONFIG_FINGERPRINT_KEY).value = fingerprint
+        onnx.save(graph, str(graph_file))
+    return target
+
+
+@pytest.fixture(scope="module")
+def en_es(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's en→es folder, say runs/en-es."""
+    return copy_with_languages(bundled["en-de"], tmp_path_factory.mktemp("runs") / "en-es", "en", "es")
+
+
+@pytest.fixture(scope="module")
+def service(bundled: dict[str, Path]) -> TranslationService:
+    return TranslationService(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def page(service: TranslationService, en_es: Path) -> Iterator[gr.Blocks]:
+    """The page of `aiayn serve --model runs/en-es --model en-de --model de-en`, in this process."""
+    app = build_app(service, [str(en_es), "en-de", "de-en"])
+    launch(app, port=free_port(), block=False)
+    yield app
+    app.close()
+
+
+def component(app: gr.Blocks, elem_id: str) -> gr.components.Component:
+    return next(b for b in app.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+
+
+def test_a_users_folder_is_shown_by_its_pair_and_its_pair_names_it_in_the_api(
+    page: gr.Blocks, en_es: Path, tmp_path: Path
+) -> None:
+    choices = [("en → es", "en-es"), ("en → de", "en-de"), ("de → en", "de-en")]
+    assert component(page, "direction").choices == choices
+    assert str(en_es) not in json.dumps(page.get_config_file(), default=str)
+    client = Client(page.local_url, verbose=False)
+    endpoint = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/translate"]
+    assert endpoint["parameters"][1]["python_type"]["type"] == "Literal['en-es', 'en-de', 'de-en']"
+    same_weights = client.predict(SENTENCES[0], "en-de", 4, api_name="/translate")[0]
+    assert client.predict(SENTENCES[0], "en-es", 4, api_name="/translate")[0] == same_weights
+    upload = tmp_path / "lines.txt"
+    upload.write_text(SENTENCES[0], encoding="utf-8")
+    out = Path(client.predict(handle_file(str(upload)), "en-es", 4, api_name="/translate_file"))
+    assert out.name == "lines.en-es.txt" and out.read_text(encoding="utf-8") == same_weights + "\n"
+    with pytest.raises(AppError, match=re.escape(f"{en_es} is not in the list of choices: en-es, en-de, de-en")):
+        client.predict(SENTENCES[0], str(en_es), 4, api_name="/translate")  # the path is no API value
+
+
+def test_models_that_share_a_pair_are_told_apart_by_their_folder(
+    service: TranslationService, bundled: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = tmp_path / "ende-cont"
+    shutil.copytree(bundled["en-de"], copy)
+    names = ["en-de", str(copy), "de-en"]
+    served = directions({name: service.model(name) for name in names})
+    assert [(d.value, d.label, d.name) for d in served.values()] == [
+        ("en-de:en-de", "en → de (en-de)", "en-de"),
+        ("en-de:ende-cont", "en → de (ende-cont)", str(copy)),
+        ("de-en", "de → en", "de-en"),
+    ]
+    with pytest.raises(ValueError, match=re.escape(f"en-de and {bundled['en-de']} are both en → de (en-de)")):
+        directions({"en-de": service.model("en-de"), str(bundled["en-de"]): service.model(str(bundled["en-de"]))})
+
+
+def test_a_refused_request_clears_the_earlier_translation_timing_and_heatmap(page: gr.Blocks) -> None:
+    """The page runs this after /translate fails (a browser test sees it in tests/serve/test_browser.py)."""
+    translate_id = next(i for i, fn in page.fns.items() if fn.api_name == "translate")
+    on_failure = next(fn for fn in page.fns.values() if fn.trigger_after == translate_id and fn.trigger_only_on_failure)
+    targets = [component(page, name) for name in ("translation", "status")]
+    assert on_failure.outputs[:2] == targets and component(page, "heatmap") in on_failure.outputs
+    cleared = dict(zip(on_failure.outputs, on_failure.fn(), strict=True))
+    assert cleared[targets[0]] == "" and cleared[targets[1]] == ""
+    assert "Translate a sentence to see" in cleared[component(page, "heatmap")]

@@ -106,8 +106,12 @@ def test_bad_input_on_the_page_gets_a_message_and_the_page_keeps_working(
     translate_on_page(page, "   \n ")
     expect(status).to_contain_text("Nothing to translate")
     expect(translation).to_have_value("")
+    translate_on_page(page, "Two dogs play in the snow.")
+    expect(translation).to_have_value("Zwei Hunde spielen im Schnee.")
     translate_on_page(page, "x" * 10_000)
     expect(page.locator(".toast-body")).to_contain_text("10000 characters; at most 5000")
+    expect(translation).to_have_value("")  # the earlier translation and its timing are not left beside the error
+    expect(status).not_to_contain_text("sentence(s)")
     page.locator(".toast-body button, .toast-close").first.click()
     long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens
     translate_on_page(page, long_sentence)

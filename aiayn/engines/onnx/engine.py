@@ -46,8 +46,6 @@ VARIANT_FLAGS = {"fp32": "", "int8": " --quantize int8", "fp16": " --fp16"}  # w
 class OnnxEngine:
     """Encoder and decoder sessions of a model folder; implements ``aiayn.search.StepModel``."""
 
-    name = "onnx"
-
     def __init__(self, config: ModelConfig, io: HostIO | BoundIO, provider: str) -> None:
         self.config, self.io, self.provider = config, io, provider
         tokens = config.special_tokens

@@ -118,8 +118,6 @@ def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
 class FusedOnnxEngine:
     """Encoder and decoder sessions of ``serving_graphs.py``; implements ``aiayn.search.StepModel``."""
 
-    name = "onnx-fused"
-
     def __init__(
         self,
         folder: ModelFolder,
