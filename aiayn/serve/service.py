@@ -27,6 +27,7 @@ from aiayn.core.text import (
     split_long,
 )
 from aiayn.engines.load import load_engine
+from aiayn.search.output import Output
 from aiayn.serve.batching import SearchBatcher
 
 MAX_BEAM = 8
@@ -137,7 +138,7 @@ class LoadedModel:
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.translator.translate_ids(prepared.src_ids, settings, on_batch))
+        return self.assemble(prepared, self.translator.outputs(prepared.src_ids, settings, on_batch))
 
     def translate(self, text: str, beam_size: int) -> Translation:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
@@ -148,10 +149,11 @@ class LoadedModel:
             line, reason = refusals[0]
             raise InputTooLong(f"line {line + 1}: {reason}")
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.batcher.translate_ids(prepared.src_ids, settings))
+        return self.assemble(prepared, self.batcher.outputs(prepared.src_ids, settings))
 
-    def assemble(self, prepared: Prepared, out_ids: list[list[int]]) -> Translation:
-        """The pieces' output ids back into sentences and lines."""
+    def assemble(self, prepared: Prepared, outputs: list[Output]) -> Translation:
+        """The pieces' outputs back into sentences and lines."""
+        out_ids = [output.tokens for output in outputs]
         per_sentence = list(prepared.shape.sentences)
         for index in {*prepared.owner, *prepared.refused}:
             per_sentence[index] = ""
