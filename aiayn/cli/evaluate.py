@@ -6,13 +6,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_int
 from aiayn.core.contract import VARIANTS
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
 from aiayn.engines import DEVICES
 from aiayn.engines.load import ENGINES, installed_engine, load_engine
+
+if TYPE_CHECKING:
+    from aiayn.core.folder import ModelFolder
+    from aiayn.data.multi30k import ParallelCorpus
+    from aiayn.search.translator import Translator
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -30,6 +35,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
         file=sys.stderr,
     )
     translator = folder.translator(engine)
+    if args.calibrate_confidence:
+        calibrate(folder, translator, corpus, args.beam)
+        return
     if args.tune_length_penalty:
         bleu = tune_length_penalty(folder, translator, corpus, args.beam, args.tune_length_penalty)
         for alpha, value in bleu.items():
@@ -64,6 +72,26 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"chrF            {s.chrf:6.2f}  {s.chrf_signature}")
 
 
+def calibrate(folder: ModelFolder, translator: Translator, corpus: ParallelCorpus, beam: int) -> None:
+    """--calibrate-confidence: the unsure-translation threshold set on val and kept in config.json."""
+    from tqdm import tqdm
+
+    from aiayn.evaluation.confidence import calibrate_confidence
+
+    if corpus.split != "val":
+        raise ValueError(f"calibrate on val only, not {corpus.split}: test sets are for reporting")
+    sources = [translator.source_ids(text) for text in corpus.src]
+    with tqdm(total=len(sources), unit="sent", desc="val", file=sys.stderr) as bar:
+        section = calibrate_confidence(
+            folder, translator, sources, folder.search_settings(beam_size=beam), corpus.split, bar.update
+        )
+    flagged = round(section["flagged_share_on_val"] * section["sentences"])
+    print(
+        f"unsure below a mean log-probability of {section['min_mean_log_prob']} per token: {flagged} of "
+        f"{section['sentences']} {corpus.split} sentences (beam {beam}); kept in {folder.config_file} (confidence)"
+    )
+
+
 def add_eval(sub: Any) -> None:
     p = sub.add_parser("eval", help="translate a test set and print BLEU and chrF")
     add_model_flag(p)
@@ -95,6 +123,12 @@ def add_eval(sub: Any) -> None:
         default=None,
         metavar="A,B,...",
         help="with --split val: score each α and keep the best in the folder's config.json",
+    )
+    p.add_argument(
+        "--calibrate-confidence",
+        action="store_true",
+        help="with --split val: set the mean log-probability under which a translation is called unsure "
+        "and keep it in the folder's config.json",
     )
     p.add_argument(
         "--engine", choices=ENGINES, default=None, help="default: torch where PyTorch is installed, else onnx"

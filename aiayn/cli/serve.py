@@ -76,7 +76,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     # length, and its translations written (and flushed) before the next chunk starts.
     chunks = [model.prepare(lines[start : start + CHUNK_LINES]) for start in range(0, len(lines), CHUNK_LINES)]
     left_out: set[str] = set()
-    kept, short, refused = 0, [], []
+    kept, short, unsure, refused = 0, [], [], []
     total = sum(len(chunk.src_ids) for chunk in chunks)
     progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
     with progress as bar, open_output(args.output) as out:
@@ -89,11 +89,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
             left_out.update(done.left_out)
             kept += done.kept
             short += [number * CHUNK_LINES + line + 1 for line in done.short_lines]
+            unsure += [number * CHUNK_LINES + line + 1 for line in done.unsure_lines]
             refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in prepared.refusals()]
-    report(sorted(left_out), kept, short, refused)
+    report(sorted(left_out), kept, short, unsure, refused)
 
 
-def report(left_out: list[str], kept: int, short: list[int], refused: list[tuple[int, str]]) -> None:
+def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]) -> None:
     """What the translation left out or kept, on stderr; lines not translated end it with an error."""
     if left_out:
         print(f"not in the model's vocabulary, left out: {' '.join(left_out)}", file=sys.stderr)
@@ -101,6 +102,8 @@ def report(left_out: list[str], kept: int, short: list[int], refused: list[tuple
         print(f"{kept} sentence(s) without a known word kept as they are", file=sys.stderr)
     for line in short:
         print(f"line {line}: the translation looks short for its source; a part may be missing", file=sys.stderr)
+    for line in unsure:
+        print(f"line {line}: the model is unsure of this translation; check it", file=sys.stderr)
     for line, reason in refused:
         print(f"line {line}: not translated: {reason}", file=sys.stderr)
     if refused:

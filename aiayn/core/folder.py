@@ -43,6 +43,8 @@ DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
 # ``clauses``: how long a sentence may get before the service translates it clause by clause (clauses.py).
 CLAUSES_SECTION = "clauses"
+# ``confidence``: the mean log-probability per token under which a translation is called unsure, set on val.
+CONFIDENCE_SECTION = "confidence"
 TRAIN_FIX = "re-create the folder with `aiayn train`"
 WEIGHTS_FIX = (
     "restore it from where it came from (`git checkout -- pretrained/` for a bundled model) "
@@ -256,6 +258,12 @@ class ModelFolder:
         ``split_over_tokens`` (never, for a folder without one, or with ``split=False``)."""
         limit = self.section(CLAUSES_SECTION).get("split_over_tokens") if split else None
         return ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
+
+    def min_mean_log_prob(self) -> float | None:
+        """The ``confidence`` section's threshold: a sentence whose translation's mean log-probability per token
+        is below it is unsure (never, for a folder without one)."""
+        threshold = self.section(CONFIDENCE_SECTION).get("min_mean_log_prob")
+        return None if threshold is None else float(threshold)
 
     def translator(self, engine: StepModel[Any], **batching: int) -> Translator:
         """Text in, text out over ``engine`` with this folder's tokenizer and length limit."""

@@ -2,14 +2,17 @@
 
 from aiayn.search.beam import Hypothesis, beam_search, beam_search_nbest, gnmt_length_penalty
 from aiayn.search.greedy import greedy_search, max_lengths
+from aiayn.search.output import Output, mean_log_prob
 from aiayn.search.step import StepModel
 
 __all__ = [
     "Hypothesis",
+    "Output",
     "StepModel",
     "beam_search",
     "beam_search_nbest",
     "gnmt_length_penalty",
     "greedy_search",
     "max_lengths",
+    "mean_log_prob",
 ]

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from aiayn.search.greedy import max_lengths
+from aiayn.search.output import Output
 from aiayn.search.step import StepModel, top_columns
 
 
 @dataclass(frozen=True)
-class Hypothesis:
-    """A finished output: its ids (without <s>, </s>) and its log-probability over the length penalty."""
+class Hypothesis(Output):
+    """A finished output, ranked by ``score``: its log-probability over the length penalty."""
 
-    tokens: list[int]
     score: float
 
 
@@ -73,8 +73,8 @@ def beam_search_nbest(
         penalty = gnmt_length_penalty(length, length_penalty)
         ends = np.isfinite(top) & (token == eos) & (ranked_above < k)  # (n, m) those that rank in the beam
         for r, c in zip(*np.nonzero(ends), strict=True):
-            hypothesis = Hypothesis(tokens[r, parent[r, c]].tolist(), float(top[r, c] / penalty))
-            finished[active[r]].append(hypothesis)
+            log_prob = float(top[r, c])
+            finished[active[r]].append(Hypothesis(tokens[r, parent[r, c]].tolist(), log_prob, True, log_prob / penalty))
         rows, cols = np.nonzero(live & (ranked_above < k))
         slot = ranked_above[rows, cols]
         beams = np.zeros((n, k), dtype=np.int64)  # (n, k) parent of each new beam; dead ones copy beam 0
@@ -88,7 +88,7 @@ def beam_search_nbest(
         at_limit = limits[active] <= length  # (n,)
         for r in np.flatnonzero(at_limit):
             finished[active[r]] += [
-                Hypothesis(tokens[r, b].tolist(), float(scores[r, b] / penalty))
+                Hypothesis(tokens[r, b].tolist(), float(scores[r, b]), False, float(scores[r, b] / penalty))
                 for b in np.flatnonzero(np.isfinite(scores[r]))
             ]
         enough = np.array([len(finished[s]) >= k for s in active])  # (n,)
@@ -107,7 +107,7 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_len: int | np.ndarray | None = None,
-) -> list[list[int]]:
-    """The best output ids (without <s>, </s>) per row of ``src_ids`` (batch, src_len), from the n-best."""
+) -> list[Output]:
+    """The best output per row of ``src_ids`` (batch, src_len), from the n-best (none found: empty, -inf)."""
     nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len)
-    return [hyps[0].tokens if hyps else [] for hyps in nbest]
+    return [hyps[0] if hyps else Output([], -np.inf, False) for hyps in nbest]

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
 EXTRA_LEN = 50  # §6.1: "maximum output length ... input length + 50"
@@ -22,10 +23,8 @@ def max_lengths(src_ids: np.ndarray, pad_id: int, max_len: int | np.ndarray | No
     return limits
 
 
-def greedy_search(
-    model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.ndarray | None = None
-) -> list[list[int]]:
-    """Output ids (without <s>, </s>) for each row of ``src_ids`` (batch, src_len), right-padded.
+def greedy_search(model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.ndarray | None = None) -> list[Output]:
+    """The output of each row of ``src_ids`` (batch, src_len), right-padded, with its log-probability.
 
     ``max_len`` is one limit for all rows or one per row, (batch,). A sentence that
     ends is dropped from the decoder state, so it costs nothing while others go on.
@@ -33,12 +32,14 @@ def greedy_search(
     batch = src_ids.shape[0]
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
     outputs: list[list[int]] = [[] for _ in range(batch)]
+    log_probs = np.zeros(batch)  # (batch,) each sentence's sum so far
     state = model.start(src_ids)
     rows = np.arange(batch)  # the sentence of each state row
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (rows, 1)
     for length in range(1, int(limits.max()) + 1):
-        _, best, state = model.step_top(state, last, 1)  # (rows, 1)
+        top_log_probs, best, state = model.step_top(state, last, 1)  # (rows, 1) each
         choice = best[:, 0]  # (rows,) ties go to the lower id
+        log_probs[rows] += top_log_probs[:, 0]
         for row, token in zip(rows.tolist(), choice.tolist(), strict=True):
             if token != model.eos_id:
                 outputs[row].append(token)
@@ -49,4 +50,8 @@ def greedy_search(
             state = model.select(state, np.flatnonzero(going))
             rows, choice = rows[going], choice[going]
         last = choice[:, None].astype(np.int64)
-    return outputs
+    # A sentence that fills its limit was cut there; one that is shorter chose </s>.
+    return [
+        Output(out, float(log_prob), len(out) < limit)
+        for out, log_prob, limit in zip(outputs, log_probs, limits.tolist(), strict=True)
+    ]

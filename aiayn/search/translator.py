@@ -10,6 +10,7 @@ import numpy as np
 
 from aiayn.search.beam import beam_search
 from aiayn.search.greedy import greedy_search
+from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
 
@@ -85,14 +86,14 @@ class Translator:
             )
         return ids
 
-    def translate_ids(
+    def outputs(
         self,
         src_ids: Sequence[Sequence[int]],
         settings: SearchSettings,
         on_batch: Callable[[int], object] | None = None,
-    ) -> list[list[int]]:
-        """Output ids (no <s>, </s>) for each source id list; ``on_batch(n)`` reports progress."""
-        outputs: list[list[int]] = [[] for _ in src_ids]
+    ) -> list[Output]:
+        """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
+        outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
         for batch in length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens):
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)
             max_len = (padded != self.engine.pad_id).sum(axis=1) + settings.max_extra_len  # (batch,)
@@ -105,6 +106,15 @@ class Translator:
             if on_batch is not None:
                 on_batch(len(batch))
         return outputs
+
+    def translate_ids(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        settings: SearchSettings,
+        on_batch: Callable[[int], object] | None = None,
+    ) -> list[list[int]]:
+        """Output ids (no <s>, </s>) for each source id list; ``on_batch(n)`` reports progress."""
+        return [output.tokens for output in self.outputs(src_ids, settings, on_batch)]
 
     def translate(
         self,

@@ -71,6 +71,9 @@ def status_line(result: Result) -> str:
     if result.short_lines:
         lines = ", ".join(str(n + 1) for n in result.short_lines[:20])
         parts.append(f"line(s) {lines}: the translation looks short for its source, a part may be missing")
+    if result.unsure_lines:
+        lines = ", ".join(str(n + 1) for n in result.unsure_lines[:20])
+        parts.append(f"line(s) {lines}: the model is unsure of this translation, check it")
     return " · ".join(parts)
 
 

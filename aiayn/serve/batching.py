@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
 
 MAX_SENTENCES = 256  # per batch taken off the queue; the translator cuts it into length batches itself
@@ -27,11 +28,11 @@ MAX_SENTENCES = 256  # per batch taken off the queue; the translator cuts it int
 class Job:
     src_ids: Sequence[Sequence[int]]
     settings: SearchSettings
-    done: Future[list[list[int]]] = field(default_factory=Future)
+    done: Future[list[Output]] = field(default_factory=Future)
 
 
 class SearchBatcher:
-    """``translate_ids`` for many threads at once, searched together by one worker thread."""
+    """``Translator.outputs`` for many threads at once, searched together by one worker thread."""
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
@@ -39,8 +40,8 @@ class SearchBatcher:
         self.worker: threading.Thread | None = None
         self.lock = threading.Lock()
 
-    def translate_ids(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[list[int]]:
-        """The outputs of ``src_ids`` as ``Translator.translate_ids`` gives them, searched with other requests'."""
+    def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
+        """The outputs of ``src_ids`` as ``Translator.outputs`` gives them, searched with other requests'."""
         if not src_ids:
             return []
         job = Job(src_ids, settings)
@@ -67,7 +68,7 @@ class SearchBatcher:
     def search(self, jobs: list[Job], settings: SearchSettings) -> None:
         """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error)."""
         try:
-            outputs = self.translator.translate_ids([ids for job in jobs for ids in job.src_ids], settings)
+            outputs = self.translator.outputs([ids for job in jobs for ids in job.src_ids], settings)
         except Exception as err:  # handed to the waiting requests, which raise it in their own threads
             for job in jobs:
                 job.done.set_exception(err)

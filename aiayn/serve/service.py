@@ -27,6 +27,7 @@ from aiayn.core.text import (
     split_long,
 )
 from aiayn.engines.load import load_engine
+from aiayn.search.output import Output, mean_log_prob
 from aiayn.serve.batching import SearchBatcher
 
 MAX_BEAM = 8
@@ -70,6 +71,7 @@ class Translation:
     kept: int  # sentences without a single known word, passed through as they are
     first: tuple[list[int], list[int]] | None  # source and output ids of the first piece translated
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
+    unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Result:
     kept: int
     attention: Attention | None
     short_lines: list[int]
+    unsure_lines: list[int]
 
 
 class LoadedModel:
@@ -97,6 +100,7 @@ class LoadedModel:
         self.batcher = SearchBatcher(self.translator)
         self.search = folder.search_settings()
         self.clauses = folder.clause_splitter(split_clauses)
+        self.min_mean_log_prob = folder.min_mean_log_prob()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
@@ -138,7 +142,7 @@ class LoadedModel:
     def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.translator.translate_ids(prepared.src_ids, settings, on_batch))
+        return self.assemble(prepared, self.translator.outputs(prepared.src_ids, settings, on_batch))
 
     def translate(self, text: str, beam_size: int) -> Translation:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
@@ -149,10 +153,11 @@ class LoadedModel:
             line, reason = refusals[0]
             raise InputTooLong(f"line {line + 1}: {reason}")
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.batcher.translate_ids(prepared.src_ids, settings))
+        return self.assemble(prepared, self.batcher.outputs(prepared.src_ids, settings))
 
-    def assemble(self, prepared: Prepared, out_ids: list[list[int]]) -> Translation:
-        """The pieces' output ids back into sentences and lines."""
+    def assemble(self, prepared: Prepared, outputs: list[Output]) -> Translation:
+        """The pieces' outputs back into sentences and lines."""
+        out_ids = [output.tokens for output in outputs]
         per_sentence = list(prepared.shape.sentences)
         for index in {*prepared.owner, *prepared.refused}:
             per_sentence[index] = ""
@@ -166,6 +171,7 @@ class LoadedModel:
             len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
             (prepared.src_ids[0], out_ids[0]) if out_ids else None,
             short_lines(prepared, out_ids),
+            unsure_lines(prepared, outputs, self.min_mean_log_prob),
         )
 
     def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
@@ -185,6 +191,19 @@ def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
         output[sentence] += len(out)
     short = {i for i, n in source.items() if n >= SHORT_MIN_SOURCE and output[i] < SHORT_RATIO * n}
     return [number for number, line in enumerate(prepared.shape.lines) if short.intersection(line)]
+
+
+def unsure_lines(prepared: Prepared, outputs: list[Output], min_mean_log_prob: float | None) -> list[int]:
+    """Lines with a sentence whose translation (pieces together) has a mean log-probability per token under the
+    folder's threshold (``confidence`` in config.json): the model itself doubts it, as it does on text unlike its
+    training data; none for a folder without a threshold."""
+    if min_mean_log_prob is None:
+        return []
+    pieces: dict[int, list[Output]] = {}
+    for sentence, output in zip(prepared.owner, outputs, strict=True):
+        pieces.setdefault(sentence, []).append(output)
+    unsure = {i for i, own in pieces.items() if mean_log_prob(own) < min_mean_log_prob}
+    return [number for number, line in enumerate(prepared.shape.lines) if unsure.intersection(line)]
 
 
 class TranslationService:
@@ -223,6 +242,7 @@ class TranslationService:
             done.kept,
             attention,
             done.short_lines,
+            done.unsure_lines,
         )
 
     def translate_file(self, text: str, model: str, beam_size: int = 4) -> str:

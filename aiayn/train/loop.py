@@ -36,7 +36,7 @@ from aiayn.train.progress import Progress
 from aiayn.train.record import write_record
 from aiayn.train.start import LAST_CHECKPOINT, RESUME_FIX, Start, continued_config, decide, preset_config
 from aiayn.train.step import accumulate_gradients
-from aiayn.train.validate import validate
+from aiayn.train.validate import calibrate_kept_weights, validate
 
 SMALL_CORPUS_PAIRS = 10_000  # under this, a run is warned what to expect
 # With only --time-limit bounding a run, its pace over this many steps plans it (``plan_schedule``).
@@ -368,6 +368,8 @@ class Trainer:
         self.save_checkpoint()
         if options.average_last > 1 and progress.stopped_by != "max-steps":
             self.average_and_keep_if_better(options.average_last)
+        if self.is_main and self.folder.weights_file.is_file():  # when an unsure translation is flagged
+            calibrate_kept_weights(self.folder, self.data, self.device)
         self.write_record()
 
     def train_epochs(self, steps_per_epoch: int, bar: tqdm) -> str:

@@ -1,6 +1,9 @@
-"""Validation after each epoch: loss without label smoothing, and greedy BLEU through the one search."""
+"""Validation after each epoch: loss without label smoothing, and greedy BLEU through the one search; at the end,
+the confidence threshold of the weights the run kept."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -8,8 +11,10 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.batching import token_batches
 from aiayn.data.prepare import PreparedData
 from aiayn.engines.pytorch import TorchEngine
+from aiayn.evaluation.confidence import calibrate_confidence
 from aiayn.evaluation.metrics import score
 from aiayn.model.transformer import Transformer
+from aiayn.model.weights import load_model
 from aiayn.search.translator import SearchSettings
 from aiayn.train.batches import to_tensors
 from aiayn.train.loss import label_smoothed_sum, real_targets
@@ -34,3 +39,12 @@ def validate(
     scores = score([folder.tokenizer.decode(h) for h in hypotheses], data.valid_references)
     model.train()
     return {"val_loss": total_loss / total_tokens, "val_bleu": scores.bleu}
+
+
+def calibrate_kept_weights(folder: ModelFolder, data: PreparedData, device: torch.device) -> dict[str, Any]:
+    """The folder's ``confidence`` section for the weights it kept, set on the run's validation split and
+    searched with the folder's settings, as `aiayn translate` and the page will search."""
+    model = load_model(folder, device)
+    translator = folder.translator(TorchEngine(model, device), max_sentences=256)
+    sources = data.valid.source_ids(model.config.special_tokens.eos)
+    return calibrate_confidence(folder, translator, sources, folder.search_settings(), "validation split of the run")

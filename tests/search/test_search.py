@@ -9,7 +9,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from aiayn.search import beam_search, beam_search_nbest, gnmt_length_penalty, greedy_search
+from aiayn.search import (
+    Output,
+    beam_search,
+    beam_search_nbest,
+    gnmt_length_penalty,
+    greedy_search,
+    max_lengths,
+    mean_log_prob,
+)
 from aiayn.search.step import FullDistributionStep, top_columns
 
 PAD, BOS, EOS = 0, 1, 2
@@ -90,7 +98,7 @@ def test_greedy_takes_the_argmax_and_stops_at_eos() -> None:
     for seed in range(10):
         model = ToyModel.random(vocab=8, seed=seed)
         src = source(3, 4)
-        out = greedy_search(model, src, max_len=12)[0]
+        out = greedy_search(model, src, max_len=12)[0].tokens
         key, prefix = ToyModel.key(src[0]), [BOS]
         for token in out:
             assert token == model.table[key, prefix[-1], (len(prefix) - 1) % POSITIONS].argmax()
@@ -104,7 +112,10 @@ def test_beam_of_one_is_greedy() -> None:
     for seed in range(10):
         model = ToyModel.random(vocab=9, seed=seed)
         for max_len in (1, 3, 9, None):
-            assert beam_search(model, src, beam_size=1, max_len=max_len) == greedy_search(model, src, max_len)
+            beam, greedy = beam_search(model, src, beam_size=1, max_len=max_len), greedy_search(model, src, max_len)
+            assert [o.tokens for o in beam] == [o.tokens for o in greedy]
+            assert [o.ended for o in beam] == [o.ended for o in greedy]
+            np.testing.assert_allclose([o.log_prob for o in beam], [o.log_prob for o in greedy], rtol=1e-9)
 
 
 def test_beam_escapes_the_greedy_trap() -> None:
@@ -115,7 +126,7 @@ def test_beam_escapes_the_greedy_trap() -> None:
     table[:, a, 1, [EOS, a, b, 5]] = [0.3, 0.25, 0.25, 0.2]  # ... which leads nowhere sure
     table[:, b, 1, EOS] = 50.0  # while b is almost surely followed by </s>
     model = ToyModel.from_weights(table)
-    greedy, beam = greedy_search(model, source(3))[0], beam_search(model, source(3), beam_size=2)[0]
+    greedy, beam = greedy_search(model, source(3))[0].tokens, beam_search(model, source(3), beam_size=2)[0].tokens
     assert greedy == [a] and beam == [b]
     key = ToyModel.key(source(3)[0])
     assert score(model, key, beam, True, 0.6) > score(model, key, greedy, True, 0.6) + 0.5
@@ -184,7 +195,7 @@ def test_a_wide_beam_is_exhaustive_search(seed: int, alpha: float) -> None:
     nbest = beam_search_nbest(model, src, beam_size=beam, length_penalty=alpha, max_len=max_len)[0]
     assert [h.tokens for h in nbest] == [o for _, o in every[:beam]]
     np.testing.assert_allclose([h.score for h in nbest], [s for s, _ in every[:beam]], rtol=1e-6)
-    assert beam_search(model, src, beam_size=beam, length_penalty=alpha, max_len=max_len)[0] == every[0][1]
+    assert beam_search(model, src, beam_size=beam, length_penalty=alpha, max_len=max_len)[0].tokens == every[0][1]
 
 
 def test_nbest_scores_are_the_model_scores() -> None:
@@ -198,8 +209,29 @@ def test_nbest_scores_are_the_model_scores() -> None:
             assert h.score == pytest.approx(score(model, ToyModel.key(row), h.tokens, ended, 0.6))
 
 
+@pytest.mark.parametrize("beam", [1, 2, 4])
+def test_each_output_carries_its_log_probability(beam: int) -> None:
+    """The raw sum of the output's log-probabilities, </s>'s included when it ended, whatever the length penalty;
+    the mean per token divides by the tokens scored."""
+    src = np.array([[3, 4, 5, EOS], [6, EOS, PAD, PAD], [4, 4, EOS, PAD]])
+    for seed in range(6):
+        model = ToyModel.random(vocab=9, seed=seed)
+        for max_len in (2, 5, None):
+            if beam == 1:
+                outputs = greedy_search(model, src, max_len)
+            else:
+                outputs = beam_search(model, src, beam, length_penalty=1.5, max_len=max_len)
+            limits = max_lengths(src, PAD, max_len)
+            for row, out, limit in zip(src, outputs, limits, strict=True):
+                assert out.ended == (len(out.tokens) < limit)
+                expected = model.log_prob(ToyModel.key(row), out.tokens, out.ended)
+                assert out.log_prob == pytest.approx(expected, rel=1e-6)
+                assert mean_log_prob([out]) == pytest.approx(expected / (len(out.tokens) + out.ended), rel=1e-6)
+    assert mean_log_prob([Output([5, 6], -3.0, True), Output([7], -1.0, False)]) == -1.0  # pieces pooled
+
+
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
-def test_a_padded_batch_equals_one_sentence_at_a_time(search: Callable[..., list[list[int]]]) -> None:
+def test_a_padded_batch_equals_one_sentence_at_a_time(search: Callable[..., list[Output]]) -> None:
     src = np.array([[3, 4, 5, 6, EOS], [5, EOS, PAD, PAD, PAD], [6, 3, EOS, PAD, PAD], [4, EOS, 0, 0, 0]])
     for seed in range(5):
         model = ToyModel.random(vocab=9, seed=seed)
@@ -223,9 +255,9 @@ class NeverEnds(ToyModel):
 def test_default_max_len_is_the_real_source_length_plus_50() -> None:
     model = NeverEnds(ToyModel.random(vocab=7, seed=0).table)
     src = np.array([[4, 5, EOS], [4, EOS, PAD]])
-    assert [len(o) for o in greedy_search(model, src)] == [53, 52]
-    assert [len(o) for o in beam_search(model, src, beam_size=3)] == [53, 52]
-    assert [len(o) for o in beam_search(model, src, beam_size=2, max_len=np.array([4, 9]))] == [4, 9]
+    assert [len(o.tokens) for o in greedy_search(model, src)] == [53, 52]
+    assert [len(o.tokens) for o in beam_search(model, src, beam_size=3)] == [53, 52]
+    assert [len(o.tokens) for o in beam_search(model, src, beam_size=2, max_len=np.array([4, 9]))] == [4, 9]
 
 
 def test_outputs_respect_max_len_and_hold_no_special_tokens() -> None:
@@ -234,7 +266,7 @@ def test_outputs_respect_max_len_and_hold_no_special_tokens() -> None:
         model = ToyModel.random(vocab=8, seed=seed)
         for max_len in (1, 2, 6):
             for out in greedy_search(model, src, max_len) + beam_search(model, src, 3, max_len=max_len):
-                assert len(out) <= max_len and not {PAD, BOS, EOS} & set(out)
+                assert len(out.tokens) <= max_len and not {PAD, BOS, EOS} & set(out.tokens)
 
 
 def test_done_sentences_leave_the_state() -> None:

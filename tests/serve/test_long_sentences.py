@@ -27,6 +27,7 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
     bundled: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from aiayn.cli import main
+    from aiayn.search.output import Output
     from aiayn.serve.app import status_line
     from aiayn.serve.service import SHORT_RATIO, LoadedModel, Result, TranslationService, short_lines
 
@@ -42,8 +43,12 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
 
     translated = model.translate(f"Two dogs play.\n{JOINED}", 4)
     assert translated.short_lines == []  # clause by clause, nothing is lost
-    result = Result("", "CPU", 1.0, 2, [], 0, None, [1])
+    result = Result("", "CPU", 1.0, 2, [], 0, None, [1], [])
     assert "line(s) 2: the translation looks short for its source" in status_line(result)
-    monkeypatch.setattr(LoadedModel, "run", lambda self, p, beam, on_batch=None: self.assemble(p, cut))
+    monkeypatch.setattr(
+        LoadedModel,
+        "run",
+        lambda self, p, beam, on_batch=None: self.assemble(p, [Output(ids, 0.0, True) for ids in cut]),
+    )
     assert main(["translate", "--model", str(bundled["en-de"]), f"Two dogs play.\n{JOINED}"]) == 0
     assert "line 2: the translation looks short for its source" in capsys.readouterr().err

@@ -43,14 +43,14 @@ def test_sixteen_visitors_at_once_get_their_one_at_a_time_answers(bundled: dict[
 
 
 class Failing:
-    def translate_ids(self, src_ids: object, settings: object) -> list[list[int]]:
+    def outputs(self, src_ids: object, settings: object) -> list[object]:
         raise ValueError("engine broke")
 
 
 def test_an_error_reaches_every_waiting_request_and_the_worker_goes_on() -> None:
     batcher = SearchBatcher(Failing())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="engine broke"):
-        batcher.translate_ids([[5, 3]], SearchSettings())
+        batcher.outputs([[5, 3]], SearchSettings())
     with pytest.raises(ValueError, match="engine broke"):
-        batcher.translate_ids([[6, 3]], SearchSettings())
-    assert batcher.translate_ids([], SearchSettings()) == []
+        batcher.outputs([[6, 3]], SearchSettings())
+    assert batcher.outputs([], SearchSettings()) == []

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.core.folder import CHECKPOINT_DIR, TOKENIZER_FILE, TRAINING_PLOT_FILE, TRAINING_RECORD_FILE, ModelFolder
+from aiayn.core.folder import (
+    CHECKPOINT_DIR,
+    CONFIDENCE_SECTION,
+    TOKENIZER_FILE,
+    TRAINING_PLOT_FILE,
+    TRAINING_RECORD_FILE,
+    ModelFolder,
+)
 from aiayn.core.normalizer import is_tidy
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
@@ -216,6 +223,8 @@ def test_max_steps_makes_that_many_steps_and_keeps_the_weights_where_it_stops(tm
     assert (out / "model.safetensors").is_file()
     # A new run on the user's own pairs keeps some of them, so the folder can be checked without the corpus.
     assert ModelFolder.open(out).validation_sample()[:2] == list(zip(val.src, val.tgt, strict=True))[:2]
+    # The weights kept get their unsure-translation threshold, set on the run's 20 validation pairs.
+    assert ModelFolder.open(out).section(CONFIDENCE_SECTION)["sentences"] == 20
 
 
 def test_a_time_limited_run_plans_its_warm_up_from_its_pace(tmp_path: Path) -> None:
