@@ -28,14 +28,14 @@ def add_corpus_flags(p: argparse.ArgumentParser) -> None:
         "--max-length",
         type=positive_int,
         default=ModelConfig.max_len,
-        help=f"skip (and count) pairs with a side over N subword tokens (default {ModelConfig.max_len})",
+        help="skip (and count) pairs with a side over N subword tokens",
     )
     p.add_argument(
         "--tokenizer-sample",
         type=positive_int,
         default=1_000_000,
         metavar="PAIRS",
-        help="train the tokenizer on at most this many pairs, evenly spread (default 1 000 000)",
+        help="train the tokenizer on at most this many pairs, evenly spread",
     )
     p.add_argument("--limit", type=positive_int, default=None, help="Multi30k: use only the first N training pairs")
     add_data_flag(p)

@@ -78,21 +78,6 @@ def doubled_defaults(parser: argparse.ArgumentParser) -> list[str]:
     return [(a.option_strings or [a.dest])[0] for a in shown if "default" in a.help.replace("%(default)s", "")]
 
 
-LEFT_TO_THE_LEAD = {
-    "prepare": "--max-length, --tokenizer-sample in cli/corpus.py",
-    "train": "--max-length, --tokenizer-sample in cli/corpus.py",
-    "export": "--check-sentences in cli/export.py",
-}
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(name, marks=[pytest.mark.xfail(reason=LEFT_TO_THE_LEAD[name], strict=True)])
-        if name in LEFT_TO_THE_LEAD
-        else name
-        for name in ("prepare", "train", "eval", "export", "translate", "serve", "bench")
-    ],
-)
+@pytest.mark.parametrize("command", ["prepare", "train", "eval", "export", "translate", "serve", "bench"])
 def test_help_shows_each_default_once(command: str) -> None:
     assert doubled_defaults(subcommand(command)) == []
