@@ -7,7 +7,6 @@ Heavy imports (torch, onnxruntime, gradio) happen inside each command, so
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 
 from aiayn.cli.args import HelpFormatter, UserError
@@ -17,6 +16,7 @@ from aiayn.cli.export import add_export
 from aiayn.cli.prepare import add_prepare
 from aiayn.cli.serve import add_serve, add_translate
 from aiayn.cli.train import add_train
+from aiayn.engines.load import installed_engine
 
 __all__ = ["UserError", "build_parser", "main"]
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.argv = argv  # as typed, for the records that keep the command (training.json)
-    if args.command in NEEDS_TORCH and importlib.util.find_spec("torch") is None:
+    if args.command in NEEDS_TORCH and installed_engine() != "torch":
         print(
             f"aiayn {args.command}: error: needs PyTorch, which the demo install leaves out; "
             f"install everything with `{FULL_INSTALL}`",

@@ -10,7 +10,10 @@ from aiayn.core.config import ModelConfig
 from aiayn.core.folder import DEFAULT_MODEL
 from aiayn.engines import DEVICES
 
-DATA_HELP = "Multi30k folder (default: AIAYN_DATA, ../shared, or download)"
+DATA_HELP = (
+    "the folder of Multi30k's files (default: $AIAYN_DATA, else shared/data/multi30k beside the repository or the "
+    "current folder, else downloaded once into ~/.cache/aiayn)"
+)
 MODEL_HELP = "bundled model name (en-de, de-en) or model folder"
 
 

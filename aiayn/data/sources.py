@@ -68,13 +68,13 @@ def languages_of_tsv(path: Path) -> tuple[str, str] | None:
 
 
 def choose_languages(
-    src_lang: str | None, tgt_lang: str | None, from_names: tuple[str, str] | None, files: str
+    src_lang: str | None, tgt_lang: str | None, from_names: tuple[str, str] | None, files: str, example: str
 ) -> tuple[str, str]:
     """The flags where given, else the codes in the file names; refused when neither tells, or both are one."""
     src = src_lang or (from_names[0] if from_names else None)
     tgt = tgt_lang or (from_names[1] if from_names else None)
     if src is None or tgt is None:
-        raise ValueError(f"the languages of {files} are not in their names (train.en, train.de); pass --src and --tgt")
+        raise ValueError(f"the languages of {files} are not in their names ({example}); pass --src and --tgt")
     if src == tgt:
         raise ValueError(f"source and target of {files} are both {src!r}; pass --src and --tgt")
     return src, tgt
@@ -93,7 +93,8 @@ class TextFiles:
     def named(cls, src_path: str | Path, tgt_path: str | Path, src_lang: str | None, tgt_lang: str | None) -> TextFiles:
         """Languages from the flags, else from the names (train.en, train.de)."""
         src_path, tgt_path = Path(src_path), Path(tgt_path)
-        langs = choose_languages(src_lang, tgt_lang, languages_of_files(src_path, tgt_path), f"{src_path}, {tgt_path}")
+        from_names = languages_of_files(src_path, tgt_path)
+        langs = choose_languages(src_lang, tgt_lang, from_names, f"{src_path}, {tgt_path}", "train.en, train.de")
         return cls(src_path, tgt_path, *langs)
 
     def describe(self) -> dict[str, Any]:
@@ -126,7 +127,7 @@ class TsvFile:
     def named(cls, path: str | Path, src_lang: str | None, tgt_lang: str | None) -> TsvFile:
         """Languages from the flags, else from the name (train.en-de.tsv)."""
         path = Path(path)
-        return cls(path, *choose_languages(src_lang, tgt_lang, languages_of_tsv(path), str(path)))
+        return cls(path, *choose_languages(src_lang, tgt_lang, languages_of_tsv(path), str(path), "train.en-de.tsv"))
 
     def describe(self) -> dict[str, Any]:
         summary = summarize_file(self.path, tab_separated=True)

@@ -45,6 +45,8 @@ def test_languages_come_from_names_or_flags() -> None:
     assert languages_of_tsv(Path("pairs.tsv")) is None
     with pytest.raises(ValueError, match=r"source\.txt, target\.txt are not in their names .* pass --src and --tgt"):
         TextFiles.named("source.txt", "target.txt", None, None)
+    with pytest.raises(ValueError, match=r"pairs\.tsv are not in their names \(train\.en-de\.tsv\)"):
+        TsvFile.named("pairs.tsv", None, None)
     with pytest.raises(ValueError, match="both 'en'"):
         TextFiles.named("a.en", "b.en", None, None)
 

@@ -76,3 +76,21 @@ def test_eval_takes_the_onnx_engine_where_torch_is_missing(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "engine onnx (fp32)" in result.stderr and "BLEU" in result.stdout
+
+
+def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    train = ["train", "--src", "en", "--tgt", "de", "--out", str(tmp_path / "m")]
+    for command in (train, ["export", "en-de"], ["bench"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "aiayn.cli", *command],
+            env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2 and result.stdout == "", command
+        assert result.stderr.splitlines() == [
+            f"aiayn {command[0]}: error: needs PyTorch, which the demo install leaves out; "
+            'install everything with `pip install torch==2.13.0 -e ".[dev]"`'
+        ]
