@@ -363,7 +363,7 @@ class Trainer:
         self.write_record()  # with this run's command, even if it is killed before its first epoch ends
         progress.stopped_by = self.train_epochs(steps_per_epoch, bar)
         bar.close()
-        if progress.stopped_by == "max-steps":
+        if progress.stopped_by in ("max-steps", "time limit"):
             self.end_mid_epoch(steps_per_epoch)
         self.save_checkpoint()
         if options.average_last > 1 and progress.stopped_by != "max-steps":
@@ -402,6 +402,8 @@ class Trainer:
                     self.save_checkpoint()
                 if options.max_steps is not None and progress.step >= options.max_steps:
                     return "max-steps"
+                if self.out_of_time():  # an epoch of a large corpus may take hours: the limit holds within one
+                    return "time limit"
             self.end_epoch(progress.end_epoch())
             progress.wall_seconds += time.perf_counter() - started
             progress.cpu_seconds += time.process_time() - cpu_started
@@ -411,7 +413,14 @@ class Trainer:
 
     def out_of_time(self) -> bool:
         limit = self.options.time_limit_minutes
-        return limit is not None and self.progress.wall_seconds >= limit * 60
+        if limit is None:
+            return False
+        late = self.progress.wall_seconds >= limit * 60
+        if self.world_size > 1:  # rank 0's clock decides, so that every rank stops after the same step
+            flag = torch.tensor([float(late)], device=self.device)
+            dist.broadcast(flag, src=0)
+            late = bool(flag.item())
+        return late
 
     def average_and_keep_if_better(self, last_n: int) -> None:
         """§6.1: average the last N epoch checkpoints; keep the result if it beats the best on val BLEU."""

@@ -232,6 +232,7 @@ def test_a_time_limited_run_plans_its_warm_up_from_its_pace(tmp_path: Path) -> N
     out = train(options(tmp_path / "m", epochs=None, time_limit_minutes=0.05, warmup_steps=None), train_data, val)
     record = json.loads((out / TRAINING_RECORD_FILE).read_text())
     assert record["stopped_by"] == "time limit" and record["steps"] >= 30
+    assert record["epochs"][-1]["step"] == record["steps"]  # validated (and kept) where the limit stopped it
     fitted = record["fitted_schedule"]
     assert fitted["warmup_steps"] == max(1, int(fitted["planned_steps"] * 0.25)) < 4000
 
