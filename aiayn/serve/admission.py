@@ -7,7 +7,9 @@ request as Gradio's queue takes it in, a check of its direction, beam size and l
 event's one-by-one twin, whose handler answers it with the page's message; the batch only ever holds good ones.
 
 Gradio's own ``max_size`` is a count with a fixed message; here the bound is ``MAX_WAITING``: the requests the
-page answers in ``LONGEST_WAIT_S`` at its measured rate, and a request beyond it is told so.
+page answers in ``LONGEST_WAIT_S`` at its measured rate, and a request beyond it is told so. A waiting visitor
+sees its place in the queue and the expected wait; Gradio's estimate takes one request per batch (a queue of
+1 000 read as minutes), so the wait shown is the place over the measured rate.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gradio as gr
+from gradio.server_messages import EstimationMessage
 
 LONGEST_WAIT_S = 30
 # One-sentence beam-4 answers a second through the page's API on a 2-core CPU (`aiayn bench --serve`; figures in
@@ -43,6 +46,13 @@ def admit(app: gr.Blocks, batched: int, one_by_one: int, is_valid: Callable[[Seq
     queue.ANALYTICS_MAX_EVENTS = ANALYTICS_EVENTS_KEPT
     queue.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_NEVER_RECOMPUTED  # (sic: Gradio's name)
 
+    def estimations(concurrency_id: str, after: int | None = None) -> None:
+        """Each waiting request's place and expected wait, sent to it (from place ``after`` on, if given)."""
+        waiting = queue.event_queue_per_concurrency_id[concurrency_id].queue
+        for rank, event in enumerate(waiting[after or 0 :], start=after or 0):
+            eta = (rank + 1) / ANSWERS_PER_S
+            queue.send_message(event, EstimationMessage(rank=rank, rank_eta=eta, queue_size=len(waiting)))
+
     async def admitted(body: Any, request: Any, username: str | None) -> tuple[bool, Any, str]:
         if len(queue) >= max_waiting:
             return False, queue_full(max_waiting), "queue_full"
@@ -50,5 +60,7 @@ def admit(app: gr.Blocks, batched: int, one_by_one: int, is_valid: Callable[[Seq
             body.fn_index = one_by_one
         return await push(body, request, username)
 
-    # Gradio has no hook where a request enters its queue; this instance's push is wrapped, Gradio left as it is.
+    # Gradio has no hooks where a request enters its queue or is told its wait: this instance's methods are
+    # replaced, Gradio's classes left as they are.
     setattr(queue, "push", admitted)  # noqa: B010
+    setattr(queue, "broadcast_estimations", estimations)  # noqa: B010

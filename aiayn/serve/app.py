@@ -211,7 +211,9 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
         gr.Markdown(
             "# aiayn: the Transformer of *Attention Is All You Need*\n"
             f"Trained on Multi30k (short image captions); ONNX Runtime and NumPy on **{provider}**. "
-            f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept."
+            f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept. "
+            f"When many translate at once, requests wait in line, at most about {admission.LONGEST_WAIT_S} s: "
+            "the place in line and the expected wait show on the translation."
         )
         with gr.Row():
             direction = gr.Dropdown(names, value=names[0], label="Direction", elem_id="direction", scale=3)

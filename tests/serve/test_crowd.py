@@ -172,3 +172,20 @@ def test_the_heatmap_data_is_the_first_sentence_and_its_translation(service: Tra
     assert "".join(attention.output_tokens[:-1]).replace("_", " ").strip() == translated
     assert attention.source_tokens[:3] == ["_Two", "_dogs", "_play"] and attention.output_tokens[-1] == "</s>"
     assert attention.weights.shape[1:] == (len(attention.output_tokens), len(attention.source_tokens))
+
+
+def test_a_waiting_request_is_told_its_place_and_the_expected_wait(
+    service: TranslationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = build_app(service, ["en-de"])
+    queue = page._queue
+    translate = next(fn for fn in page.fns.values() if fn.api_name == "translate")
+    queue.create_event_queue_for_fn(translate)
+    queue.event_queue_per_concurrency_id[translate.concurrency_id].queue += ["first", "second", "third"]
+    told: list[tuple[object, int | None, float | None]] = []
+    monkeypatch.setattr(
+        queue, "send_message", lambda event, message: told.append((event, message.rank, message.rank_eta))
+    )
+    queue.broadcast_estimations(translate.concurrency_id, 1)  # the place of each request from the second on
+    rate = aiayn.serve.admission.ANSWERS_PER_S
+    assert told == [("second", 1, 2 / rate), ("third", 2, 3 / rate)]
