@@ -19,7 +19,7 @@ import pytest
 import aiayn.serve.admission
 from aiayn.bench.crowd import Connection, HttpError, ask_page, crowd, one_at_a_time
 from aiayn.serve.api import json_route
-from aiayn.serve.app import build_app, launch
+from aiayn.serve.app import build_app, launch, status_line
 from aiayn.serve.service import Result, TranslationService
 
 SENTENCES = [
@@ -189,3 +189,11 @@ def test_a_waiting_request_is_told_its_place_and_the_expected_wait(
     queue.broadcast_estimations(translate.concurrency_id, 1)  # the place of each request from the second on
     rate = aiayn.serve.admission.ANSWERS_PER_S
     assert told == [("second", 1, 2 / rate), ("third", 2, 3 / rate)]
+
+
+def test_in_a_batch_a_sentence_that_cannot_be_translated_is_left_out_and_named(service: TranslationService) -> None:
+    texts = ["A dog runs.\nA cat " + "x" * 600 + ".", "Two dogs play in the snow."]
+    cut, whole = service.translate_many([(text, "en-de", 4) for text in texts])
+    assert cut.text.split("\n")[0] == service.translate("A dog runs.", "en-de", 4).text and cut.refused
+    assert [line for line, _ in cut.refused] == [1] and "line 2 not translated: " in status_line(cut)
+    assert whole.text == "Zwei Hunde spielen im Schnee." and not whole.refused
