@@ -21,9 +21,10 @@ import gradio as gr
 from gradio.server_messages import EstimationMessage
 
 LONGEST_WAIT_S = 30
-# One-sentence beam-4 answers a second through the page's API on a 2-core CPU (`aiayn bench --serve`; figures in
-# docs/serve.md). A faster machine only waits less than LONGEST_WAIT_S.
-ANSWERS_PER_S = 250
+# One-sentence beam-4 answers a second through the page's API on a 2-core CPU at 200 visitors (`aiayn bench
+# --serve`: 61-75/s, measured while another process kept both cores busy; figures in docs/serve.md). A machine
+# that answers faster only waits less than LONGEST_WAIT_S and shows waits longer than they are.
+ANSWERS_PER_S = 60
 MAX_WAITING = ANSWERS_PER_S * LONGEST_WAIT_S
 # Gradio's queue rebuilds a pandas summary of its last 10 000 events after every event (for its monitoring page,
 # which this app does not open): at 200 visitors that was ~1 ms of CPU per answer, growing with the crowd.
