@@ -48,13 +48,19 @@ def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/"
+    wait_until_serving(server, url)
+    return server, url
+
+
+def wait_until_serving(server: subprocess.Popen[bytes], url: str) -> None:
+    """Until the page answers at ``url``; a server that exits or stays silent is killed and reported."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError("the bench's page server exited before it served")
         try:
             urllib.request.urlopen(url, timeout=2)
-            return server, url
+            return
         except OSError:
             time.sleep(0.5)
     server.kill()

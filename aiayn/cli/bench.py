@@ -15,6 +15,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     folder = ModelFolder.open(args.model)
     json_path = Path(args.json) if args.json else None
+    if args.serve:
+        from aiayn.bench.crowd import measure_crowds, serve_report
+
+        corpus = load_split_for(folder, "test_2016_flickr", args.data)
+        print(serve_report(measure_crowds(args.model, corpus.src)))
+        return
     if args.sessions:
         from aiayn.bench.sessions import measure_sessions, sessions_report
 
@@ -64,6 +70,12 @@ def add_bench(sub: Any) -> None:
         default=None,
         metavar="N",
         help="the page server's memory growth over N fresh visitor sessions (the goal: ≤ 20 MiB for 2000)",
+    )
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="`aiayn serve` under a crowd: 16, 100, 200 and 500 visitors at once through the page's API "
+        "(answered/s, refused, p50/p90, server CPU per answer, RSS), and the JSON route's sentences/s",
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: ONNX Runtime threads")

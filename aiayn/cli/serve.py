@@ -112,13 +112,14 @@ def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], 
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from aiayn.serve.api import json_route
     from aiayn.serve.app import build_app, check_port, launch
     from aiayn.serve.service import TranslationService
 
     check_port(args.host, args.port)
     service = TranslationService("onnx", args.device, args.threads, split_clauses=not args.no_clauses)
     app = build_app(service, args.model)
-    launch(app, args.host, args.port, args.share, block=False)
+    launch(app, args.host, args.port, args.share, block=False, routes=[json_route(service)])
     names = ", ".join(service.models)
     provider = next(iter(service.models.values())).provider
     public = f" and {app.share_url}" if app.share_url else ""

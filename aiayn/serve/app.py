@@ -6,6 +6,7 @@ import html
 import socket
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -14,23 +15,27 @@ import gradio as gr
 import numpy as np
 from gradio.data_classes import FileData
 from pydantic import ValidationError
+from starlette.routing import BaseRoute
 
 from aiayn.core.folder import bundled_models
-from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS
+from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS, check_length
+from aiayn.serve import admission
 from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, TranslationService
 
-# Requests let in at once. They cost little while they wait: their searches run together in one worker thread
-# (``batching.py``), so more at once means larger batches, not more threads fighting for the cores.
-CONCURRENCY_LIMIT = 16
-MAX_QUEUE = 64  # requests waiting beyond that are refused with "queue is full"
+# The page's translate event is batched: Gradio hands its handler up to BATCH_SIZE waiting requests at once, and
+# their searches run together in the batcher's one worker thread (``batching.py``); Gradio's own work per request
+# (its session state, pre- and post-processing) is then paid once per batch. Two batches at once let Gradio
+# prepare the next while one is searched. The queue's bound and the door for bad requests: ``admission.py``.
+BATCH_SIZE = 128
+BATCHES_AT_ONCE = 2
 MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
 # Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
 # sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
 # switching the heatmap's head asks to translate again.
 SESSIONS_KEPT = 100
-# Gradio's queue also keeps a message queue per session, the last 2 000 (+3 MiB a thousand sessions); 500 still
-# outlasts any request by far (at most CONCURRENCY_LIMIT + MAX_QUEUE are under way at once).
-MESSAGE_QUEUES_KEPT = 500
+# Gradio's queue also keeps a message queue per session, the last 2 000 (+3 MiB a thousand sessions); each request
+# that waits or runs needs its own (at most admission.MAX_WAITING + BATCHES_AT_ONCE * BATCH_SIZE at once).
+MESSAGE_QUEUES_KEPT = admission.MAX_WAITING + BATCHES_AT_ONCE * BATCH_SIZE
 HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
 VAL_EXAMPLES = 6
 FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the corpus is absent, as on a Space
@@ -74,6 +79,7 @@ def status_line(result: Result) -> str:
     if result.unsure_lines:
         lines = ", ".join(str(n + 1) for n in result.unsure_lines[:20])
         parts.append(f"line(s) {lines}: the model is unsure of this translation, check it")
+    parts += [f"line {line + 1} not translated: {reason}" for line, reason in result.refused]
     return " · ".join(parts)
 
 
@@ -195,14 +201,38 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             raise user_error(f"{value} is not in the list of choices: {', '.join(served)}")
         return served[value]
 
-    def translate(text: Any, direction: Any, beam_size: Any) -> tuple[str, str, Attention | None]:
-        """Translate up to 5000 characters; returns the translation and a line with latency and execution provider."""
+    def checked(text: Any, direction: Any, beam_size: Any) -> tuple[str, str, int]:
+        """A request's (text, model, beam size) as the service takes them, or the page's message for it."""
         model, beam = direction_of(direction).name, beam_size_of(beam_size)
+        text = "" if text is None else str(text)
         try:
-            result = service.translate("" if text is None else str(text), model, beam, with_attention=True)
+            check_length(text)
         except ValueError as err:
             raise user_error(str(err)) from None
-        return result.text, status_line(result), result.attention
+        return text, model, beam
+
+    def is_valid(inputs: Sequence[Any]) -> bool:
+        try:
+            checked(*inputs)
+        except (gr.Error, TypeError):  # TypeError: not three inputs
+            return False
+        return True
+
+    def translate(texts: list[Any], directions: list[Any], beam_sizes: list[Any]) -> tuple[list[str], list[str]]:
+        """Translate up to 5000 characters; returns the translation and a line with latency and execution provider."""
+        requests = [checked(*inputs) for inputs in zip(texts, directions, beam_sizes, strict=True)]
+        results = service.translate_many(requests)
+        return [result.text for result in results], [status_line(result) for result in results]
+
+    def translate_alone(text: Any, direction: Any, beam_size: Any) -> tuple[str, str]:
+        """A request the queue's door found bad (``admission.py``): answered alone, with the page's message."""
+        texts, statuses = translate([text], [direction], [beam_size])
+        return texts[0], statuses[0]
+
+    def show_attention(text: Any, direction: Any, beam_size: Any, head: str) -> tuple[Attention | None, str]:
+        """The heatmap, asked for by the page after a translation (the API's callers never pay for it)."""
+        attention = service.attention(*checked(text, direction, beam_size))
+        return attention, heatmap_html(attention, head)
 
     def translate_file(upload: Any, direction: Any, beam_size: Any) -> str | None:
         """Translate an uploaded UTF-8 .txt file line by line into a file to download."""
@@ -237,8 +267,10 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         gr.Markdown(
             "# aiayn: the Transformer of *Attention Is All You Need*\n"
-            f"Trained on Multi30k (short image captions); ONNX Runtime and NumPy on **{first.model.provider}**. "
-            f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept."
+            f"ONNX Runtime and NumPy on **{first.model.provider}**. "
+            f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept. "
+            f"When many translate at once, requests wait in line, at most about {admission.LONGEST_WAIT_S} s: "
+            "the place in line and the expected wait show on the translation."
         )
         with gr.Row():
             direction = gr.Dropdown(
@@ -273,13 +305,21 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
         translated = translate_button.click(
             translate,
             [source, direction, beam],
-            [output, status, attention],
+            [output, status],
             api_name="translate",
-            concurrency_limit=CONCURRENCY_LIMIT,
+            batch=True,
+            max_batch_size=BATCH_SIZE,
+            concurrency_limit=BATCHES_AT_ONCE,
             preprocess=False,
         )
-        translated.success(heatmap_html, [attention, head], heatmap, api_visibility="private")
-        translated.failure(cleared, None, [output, status, attention, heatmap], api_visibility="private")
+        translated.success(
+            show_attention, [source, direction, beam, head], [attention, heatmap], api_visibility="private"
+        )
+        refused = gr.on(
+            [], translate_alone, [source, direction, beam], [output, status], preprocess=False, api_visibility="private"
+        )
+        for event in (translated, refused):  # no earlier translation, timing or heatmap left beside an error
+            event.failure(cleared, None, [output, status, attention, heatmap], api_visibility="private")
         head.change(heatmap_html, [attention, head], heatmap, api_visibility="private")
         swap_button.click(swap, [direction, source, output], [direction, source, output], api_visibility="private")
         direction.change(change_direction, direction, [examples, head, attention], api_visibility="private")
@@ -292,7 +332,8 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             concurrency_limit=1,
             preprocess=False,
         ).failure(lambda: None, None, download, api_visibility="private")  # no earlier file beside the error
-    app.queue(default_concurrency_limit=CONCURRENCY_LIMIT, max_size=MAX_QUEUE)
+    app.queue(default_concurrency_limit=BATCHES_AT_ONCE)
+    admission.admit(app, translated["id"], refused["id"], is_valid)
     return app
 
 
@@ -313,8 +354,16 @@ def check_port(host: str, port: int) -> None:
             raise port_error(host, port) from None
 
 
-def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False, block: bool = True) -> None:
-    """Serve the page; ``block=False`` returns once the server is up. A port in use is one clear error."""
+def launch(
+    app: gr.Blocks,
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    share: bool = False,
+    block: bool = True,
+    routes: Sequence[BaseRoute] = (),
+) -> None:
+    """Serve the page, and ``routes`` beside it (``api.json_route``); ``block=False`` returns once the server is
+    up. A port in use is one clear error."""
     try:
         app.launch(
             server_name=host,
@@ -324,6 +373,7 @@ def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: boo
             prevent_thread_lock=True,
             quiet=not block,
             state_session_capacity=SESSIONS_KEPT,
+            app_kwargs={"routes": list(routes)},
         )
     except OSError:  # Gradio's "Cannot find empty port", whatever the cause
         raise port_error(host, port) from None

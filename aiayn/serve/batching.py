@@ -42,12 +42,17 @@ class SearchBatcher:
 
     def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
         """The outputs of ``src_ids`` as ``Translator.outputs`` gives them, searched with other requests'."""
-        if not src_ids:
-            return []
+        return self.submit(src_ids, settings).result()
+
+    def submit(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> Future[list[Output]]:
+        """``outputs`` without waiting: a caller with several jobs hands them all in before it waits."""
         job = Job(src_ids, settings)
+        if not src_ids:
+            job.done.set_result([])
+            return job.done
         self.jobs.put(job)
         self.start()
-        return job.done.result()
+        return job.done
 
     def start(self) -> None:
         with self.lock:

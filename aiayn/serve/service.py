@@ -8,7 +8,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,7 +70,6 @@ class Translation:
     sentences: int
     left_out: list[str]
     kept: int  # sentences without a single known word, passed through as they are
-    first: tuple[list[int], list[int]] | None  # source and output ids of the first piece translated
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
 
@@ -82,9 +82,9 @@ class Result:
     sentences: int
     left_out: list[str]
     kept: int
-    attention: Attention | None
     short_lines: list[int]
     unsure_lines: list[int]
+    refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
 
 
 class LoadedModel:
@@ -148,12 +148,14 @@ class LoadedModel:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
         other requests of the moment (``batching.py``); refused whole if any sentence is."""
         prepared = self.prepare(text)
-        refusals = prepared.refusals()
-        if refusals:
-            line, reason = refusals[0]
-            raise InputTooLong(f"line {line + 1}: {reason}")
+        refuse_any(prepared.refusals())
         settings = replace(self.search, beam_size=beam_size)
         return self.assemble(prepared, self.batcher.outputs(prepared.src_ids, settings))
+
+    def submit(self, text: str, beam_size: int) -> tuple[Prepared, Future[list[Output]]]:
+        """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
+        prepared = self.prepare(text)
+        return prepared, self.batcher.submit(prepared.src_ids, replace(self.search, beam_size=beam_size))
 
     def assemble(self, prepared: Prepared, outputs: list[Output]) -> Translation:
         """The pieces' outputs back into sentences and lines."""
@@ -169,7 +171,6 @@ class LoadedModel:
             len(per_sentence),
             prepared.left_out,
             len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
-            (prepared.src_ids[0], out_ids[0]) if out_ids else None,
             short_lines(prepared, out_ids),
             unsure_lines(prepared, outputs, self.min_mean_log_prob),
         )
@@ -180,6 +181,13 @@ class LoadedModel:
         weights = self.engine.cross_attention(np.array([src_ids]), np.array([decoder_in]))[0]
         tokens = self.tokenizer.tokens
         return Attention(tokens(src_ids[:-1]) + ["</s>"], tokens(out_ids) + ["</s>"], weights)
+
+
+def refuse_any(refusals: list[tuple[int, str]]) -> None:
+    """A text is refused whole, naming its first sentence that cannot be translated."""
+    if refusals:
+        line, reason = refusals[0]
+        raise InputTooLong(f"line {line + 1}: {reason}")
 
 
 def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
@@ -224,26 +232,52 @@ class TranslationService:
                 self.models[name] = LoadedModel(folder, engine, self.split_clauses)
             return self.models[name]
 
-    def translate(self, text: str, model: str, beam_size: int = 4, with_attention: bool = False) -> Result:
-        """One request of the page or the API: at most ``MAX_CHARS`` characters; the latency covers the search."""
+    def translate_many(self, requests: Sequence[tuple[str, str, int]]) -> list[Result]:
+        """Requests of the page or the API, each (text, model, beam size), at most ``MAX_CHARS`` characters each:
+        all handed to their model's batcher before any is waited for, so they are searched together. A sentence
+        that cannot be translated (a single word over the token limit) is left out and named in ``refused``.
+        The latency covers the search."""
+        for text, _, beam_size in requests:
+            check_beam(beam_size)
+            check_length(text)
+        started = time.perf_counter()
+        pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
+        submitted = [(loaded, *loaded.submit(text, beam_size)) for loaded, text, beam_size in pending]
+        done = [(loaded, prepared, loaded.assemble(prepared, ids.result())) for loaded, prepared, ids in submitted]
+        latency_ms = (time.perf_counter() - started) * 1000
+        return [
+            Result(
+                translated.text,
+                loaded.provider,
+                latency_ms,
+                translated.sentences,
+                translated.left_out,
+                translated.kept,
+                translated.short_lines,
+                translated.unsure_lines,
+                prepared.refusals(),
+            )
+            for loaded, prepared, translated in done
+        ]
+
+    def translate(self, text: str, model: str, beam_size: int = 4) -> Result:
+        """One request, refused whole if any of its sentences cannot be translated."""
+        result = self.translate_many([(text, model, beam_size)])[0]
+        refuse_any(result.refused)
+        return result
+
+    def attention(self, text: str, model: str, beam_size: int) -> Attention | None:
+        """The heatmap's data, asked for by the page only: the first piece of ``text`` searched again (to the
+        output it had, since a search does not depend on its batch), then a forced pass of the decoder over it."""
         check_beam(beam_size)
         check_length(text)
         loaded = self.model(model)
-        started = time.perf_counter()
-        done = loaded.translate(text, beam_size)
-        latency_ms = (time.perf_counter() - started) * 1000
-        attention = loaded.attention(*done.first) if with_attention and done.first else None
-        return Result(
-            done.text,
-            loaded.provider,
-            latency_ms,
-            done.sentences,
-            done.left_out,
-            done.kept,
-            attention,
-            done.short_lines,
-            done.unsure_lines,
-        )
+        prepared = loaded.prepare(text)
+        if not prepared.src_ids:
+            return None
+        first = prepared.src_ids[0]
+        out_ids = loaded.batcher.outputs([first], replace(loaded.search, beam_size=beam_size))[0].tokens
+        return loaded.attention(first, out_ids)
 
     def translate_file(self, text: str, model: str, beam_size: int = 4) -> str:
         """An uploaded file's text, at most ``MAX_FILE_CHARS`` characters, translated line by line."""

@@ -1,0 +1,91 @@
+"""`POST /v1/translate`: many sentences in one JSON request, for apps that need no page. Torch-free.
+
+Mounted beside the Gradio page on the same server (``app.launch(..., routes=[json_route(service)])``), it goes
+straight to the service's batcher, without Gradio's queue: the sentences of one request and of every other
+request of the moment are searched together. It checks what the page checks (direction, beam size, characters)
+and answers a bad body with a 4xx and one message: ``{"error": "..."}``.
+
+    request:  {"sentences": ["Two dogs play in the snow.", ...], "direction": "en-de", "beam": 4}
+    answer:   {"translations": ["Zwei Hunde spielen im Schnee.", ...], "direction": "en-de", "beam": 4}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
+
+from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS, check_length
+from aiayn.serve.app import beam_size_of
+from aiayn.serve.service import TranslationService
+
+PATH = "/v1/translate"
+MAX_SENTENCES = 256  # per request: the batcher's batch (``batching.MAX_SENTENCES``)
+MAX_BODY_BYTES = 4 * MAX_FILE_CHARS  # UTF-8 text and JSON escapes of MAX_FILE_CHARS characters
+DEFAULT_BEAM = 4
+
+
+class BadRequest(ValueError):
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def parsed(body: bytes, directions: list[str]) -> tuple[list[str], str, int]:
+    """(sentences, direction, beam) of a request body, or a BadRequest that says what is wrong with it."""
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body has {len(body)} bytes; at most {MAX_BODY_BYTES}", 413)
+    try:
+        request = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadRequest(f"the body is not JSON: {err}", 400) from None
+    if not isinstance(request, dict):
+        raise BadRequest('the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}')
+    unknown = sorted(set(request) - {"sentences", "direction", "beam"})
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; the fields are sentences, direction and beam")
+    sentences = request.get("sentences")
+    if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
+        raise BadRequest("sentences must be a list of strings")
+    if not 1 <= len(sentences) <= MAX_SENTENCES:
+        raise BadRequest(f"sentences has {len(sentences)} items; from 1 to {MAX_SENTENCES} are translated per request")
+    for index, sentence in enumerate(sentences):
+        try:
+            check_length(sentence, MAX_CHARS, f"sentences[{index}]")
+        except ValueError as err:
+            raise BadRequest(str(err)) from None
+    total = sum(map(len, sentences))
+    if total > MAX_FILE_CHARS:
+        raise BadRequest(f"the sentences have {total} characters together; at most {MAX_FILE_CHARS} per request")
+    direction = request.get("direction", directions[0])
+    if direction not in directions:
+        raise BadRequest(f"{direction} is not in the list of choices: {', '.join(directions)}")
+    try:
+        beam = beam_size_of(request.get("beam", DEFAULT_BEAM))
+    except gr.Error as err:
+        raise BadRequest(str(err.message)) from None
+    return sentences, str(direction), beam
+
+
+def json_route(service: TranslationService) -> APIRoute:
+    """The route over the models ``service`` has loaded (the page's directions)."""
+
+    async def translate(request: Request) -> JSONResponse:
+        try:
+            sentences, direction, beam = parsed(await request.body(), list(service.models))
+        except BadRequest as err:
+            return JSONResponse({"error": str(err)}, status_code=err.status)
+        results = await run_in_threadpool(service.translate_many, [(s, direction, beam) for s in sentences])
+        refused = [(i, line, why) for i, r in enumerate(results) for line, why in r.refused]
+        if refused:
+            index, line, why = refused[0]
+            return JSONResponse({"error": f"sentences[{index}], line {line + 1}: {why}"}, status_code=422)
+        translations: list[Any] = [result.text for result in results]
+        return JSONResponse({"translations": translations, "direction": direction, "beam": beam})
+
+    return APIRoute(PATH, translate, methods=["POST"], name="translate")

@@ -1,0 +1,36 @@
+"""`aiayn bench --serve`: a small crowd on a real `aiayn serve` process, read back as the bench's table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import aiayn.bench.crowd
+from aiayn.bench.crowd import completed_data, cpu_seconds, measure_crowds, serve_report
+
+
+def test_a_process_cpu_is_read_from_proc() -> None:
+    before = cpu_seconds(os.getpid())
+    sum(i * i for i in range(2_000_000))
+    assert cpu_seconds(os.getpid()) > before
+
+
+def test_an_event_stream_gives_its_answer_or_its_error() -> None:
+    stream = b'event: generating\ndata: null\n\nevent: complete\ndata: ["Zwei Hunde.", "1 sentence(s)"]\n\n'
+    assert completed_data(stream) == ["Zwei Hunde.", "1 sentence(s)"]
+    with pytest.raises(RuntimeError, match="greater than maximum value 8"):
+        completed_data(b'event: error\ndata: "Value 9 is greater than maximum value 8."\n\n')
+
+
+def test_a_small_crowd_is_measured_and_reported(bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aiayn.bench.crowd, "JSON_BATCHES", 2)
+    sentences = ["Two dogs play in the snow.", "A girl jumps into the pool.", "A black cat sleeps on the sofa."]
+    bench = measure_crowds("en-de", sentences, visitors=(4,))
+    (row,) = bench.rows
+    assert (row.requests, row.answered, row.refused, row.failed) == (20, 20, 0, 0) and row.identical
+    assert row.p50_s <= row.p90_s and row.server_cpu_ms > 0 and row.rss_mb > bench.rss_ready_mb / 2
+    assert bench.json_row.sentences == 64 and bench.json_row.identical
+    report = serve_report(bench)
+    assert "| 4 | " in report and "| 0 of 20 |" in report and "sentences/s" in report
