@@ -83,6 +83,7 @@ pack() {
   done
   rm -rf "$tmp"
   local pieces=("$GPU"/p[0-9][0-9]) last
+  (cd "$GPU" && ls -d p[0-9][0-9]) >"$GPU/base/pieces"
   last=$(basename "${pieces[-1]}")
   echo "packed: .gpu/base ($(du -sh "$GPU/base" | cut -f1)) and ${#pieces[@]} pieces of ${PIECE_MIB} MiB"
   echo "device calls, back to back (the machine keeps .gpu/ only while warm, 30 s):"
@@ -90,7 +91,8 @@ pack() {
   for piece in "${pieces[@]:1:${#pieces[@]}-2}"; do
     echo "  run(command='scripts/gpu_session.sh receive', carry=['.gpu/$(basename "$piece")'], timeout_s=120)"
   done
-  echo "  run(command='scripts/gpu_session.sh cuda', carry=['.gpu/$last'], timeout_s=600)"
+  echo "  run(command='scripts/gpu_session.sh cuda', carry=['.gpu/base', '.gpu/$last'], timeout_s=600)"
+  echo "(a machine given back between calls forgets the pieces: \`cuda\` names the missing ones; carry them again)"
 }
 
 receive() {
@@ -113,9 +115,15 @@ install_all() {
   install_base
   local tmp=/tmp/aiayn-payload
   rm -rf "$tmp" && mkdir -p "$tmp"
+  local missing
+  missing=$(cd "$GPU" && while read -r piece; do [[ -f $piece/piece ]] || echo -n "$piece "; done <base/pieces)
+  if [[ -n $missing ]]; then
+    echo "pieces missing here (the machine was given back since they came?): $missing; carry them again" >&2
+    exit 1
+  fi
   cat "$GPU"/p[0-9][0-9]/piece >"$tmp/payload.tar"
   (cd "$tmp" && sha256sum -c "$GPU/base/payload.sha256") || {
-    echo "pieces missing or damaged: $(ls "$GPU" | tr '\n' ' '); carry the absent ones again" >&2
+    echo "the joined pieces do not match the checksum of pack; run pack again and carry every piece" >&2
     exit 1
   }
   tar -xf "$tmp/payload.tar" -C "$tmp"
