@@ -28,6 +28,10 @@ CUDA = "CUDAExecutionProvider"
 REEXPORT = "re-export the folder with `aiayn export {folder}`"
 ORT_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "bool": "tensor(bool)"}
 ORT_WARNING, ORT_ERROR = 2, 3  # logger severities: 2 is ONNX Runtime's default
+# fp32 stays fp32 on a GPU: the CUDA provider would otherwise run fp32 matrix products in TF32 (10-bit
+# mantissas) on Ampere and newer GPUs, and the CUDA engine could not give the CPU engine's very outputs.
+CUDA_OPTIONS = {"use_tf32": "0"}
+Providers = list[str | tuple[str, dict[str, str]]]  # names, or (name, provider options)
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -69,7 +73,7 @@ def captured_stderr() -> Iterator[list[str]]:
 
 def open_session(
     model: Path | bytes,
-    providers: list[str],
+    providers: Providers,
     threads: int,
     log_severity: int = ORT_WARNING,
     path: Path | None = None,
@@ -96,7 +100,7 @@ def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSessi
     ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
     try:
         with captured_stderr() as log:
-            session = open_session(model, [CUDA, CPU], threads, ORT_ERROR, path)
+            session = open_session(model, [(CUDA, CUDA_OPTIONS), CPU], threads, ORT_ERROR, path)
     except ValueError as err:
         return None, str(err)
     finally:

@@ -1,0 +1,201 @@
+"""On a GPU (issue #24): each CUDA engine against the CPU fp32 engine on all of test_2016_flickr, and the page.
+
+- the contract's fp32 graphs on CUDA, the decoder state bound on the device
+  (``BoundIO``): the very ids of the CPU fp32 engine, greedy and beam 4;
+- the fp16 graphs (exported here, as `aiayn export --fp16` does) on CUDA: BLEU
+  within 0.2 of the CPU fp32 engine's;
+- `aiayn serve --device cuda`: the page's API answers, on the CUDA provider.
+
+The contrib-op serving graphs (``engines/onnx/fused.py``) run on the CPU only:
+their engine binds NumPy memory, and the CUDA kernel of GroupQueryAttention is fp16/bf16 only (docs/serve.md,
+"On a GPU"), so they are not here.
+Every figure is also appended, one JSON line each, to $AIAYN_CUDA_TESTS_RESULTS
+when it is set (``scripts/gpu_session.sh`` points it into $OUT).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiayn.core.folder import ModelFolder
+from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
+from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.io import BoundIO
+from aiayn.engines.onnx.sessions import CPU, CUDA
+from aiayn.evaluation.evaluate import load_split_for
+from aiayn.evaluation.metrics import score
+from aiayn.search.step import StepModel
+
+pytestmark = pytest.mark.cuda
+
+MODELS = ("en-de", "de-en")
+BEAMS = (1, 4)
+FP16_BLEU_MARGIN = 0.2
+STARTUP_TIMEOUT_S = 180
+
+
+def provider_of(device: str) -> str:
+    return CUDA if device == "cuda" else CPU
+
+
+def record(**figures: Any) -> None:
+    """One JSON line of figures into $AIAYN_CUDA_TESTS_RESULTS, if set."""
+    path = os.environ.get("AIAYN_CUDA_TESTS_RESULTS")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(figures) + "\n")
+
+
+@functools.cache
+def flickr(folder: Path, sentences: int) -> ParallelCorpus:
+    return load_split_for(ModelFolder.open(folder), TEST_SPLIT).head(sentences)
+
+
+def translate_ids(engine: StepModel[Any], folder: Path, beam: int, sentences: int) -> list[list[int]]:
+    """test_2016_flickr's first ``sentences`` through the one search, with the folder's own search settings."""
+    model = ModelFolder.open(folder)
+    translator = model.translator(engine)
+    src_ids = [translator.source_ids(s) for s in flickr(folder, sentences).src]
+    return translator.translate_ids(src_ids, model.search_settings(beam_size=beam))
+
+
+@functools.cache
+def cpu_fp32_ids(folder: Path, beam: int, sentences: int) -> list[list[int]]:
+    """The reference: the contract's fp32 graphs on the CPU provider, state on the host."""
+    return translate_ids(OnnxEngine.load(folder, device="cpu"), folder, beam, sentences)
+
+
+def bleu(folder: Path, ids: list[list[int]], sentences: int) -> float:
+    tokenizer = ModelFolder.open(folder).tokenizer
+    return score([tokenizer.decode(o) for o in ids], flickr(folder, sentences).tgt).bleu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def corpus_present(multi30k_dir: Path) -> Path:
+    """test_2016_flickr is read from disk (the GPU machine reaches no network): skip, saying so, without it."""
+    return multi30k_dir
+
+
+@pytest.mark.parametrize("beam", BEAMS)
+@pytest.mark.parametrize("name", MODELS)
+def test_fp32_on_cuda_gives_the_ids_of_the_cpu_engine(
+    bundled: dict[str, Path], device: str, sentences: int, name: str, beam: int
+) -> None:
+    folder = bundled[name]
+    engine = OnnxEngine.load(folder, device=device, io_binding=True)
+    assert engine.provider == provider_of(device) and isinstance(engine.io, BoundIO)
+    started = time.perf_counter()
+    ids = translate_ids(engine, folder, beam, sentences)
+    seconds = time.perf_counter() - started
+    reference = cpu_fp32_ids(folder, beam, sentences)
+    differing = [i for i, (a, b) in enumerate(zip(ids, reference, strict=True)) if a != b]
+    record(
+        test="fp32",
+        device=device,
+        model=name,
+        beam=beam,
+        sentences=len(ids),
+        differing=len(differing),
+        seconds=round(seconds, 2),
+    )
+    assert not differing, f"{len(differing)} of {len(ids)} sentences differ from the CPU fp32 engine: {differing[:10]}"
+
+
+@pytest.fixture(scope="module")
+def fp16_folders(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Copies of the bundled folders with the fp16 graphs added, as `aiayn export --fp16` writes them."""
+    pytest.importorskip("torch", reason="exporting the fp16 graphs needs PyTorch")
+    from aiayn.export.onnx_export import export_onnx
+    from aiayn.model.weights import load_model
+
+    folders = {}
+    for name in MODELS:
+        copy = tmp_path_factory.mktemp(f"{name}-fp16") / name
+        shutil.copytree(bundled[name], copy)
+        export_onnx(load_model(copy), copy, ("fp16",))
+        folders[name] = copy
+    return folders
+
+
+@pytest.mark.parametrize("beam", BEAMS)
+@pytest.mark.parametrize("name", MODELS)
+def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
+    bundled: dict[str, Path], fp16_folders: dict[str, Path], device: str, sentences: int, name: str, beam: int
+) -> None:
+    folder = fp16_folders[name]
+    engine = OnnxEngine.load(folder, device=device, variant="fp16")
+    assert engine.provider == provider_of(device)
+    started = time.perf_counter()
+    fp16 = bleu(folder, translate_ids(engine, folder, beam, sentences), sentences)
+    seconds = time.perf_counter() - started
+    fp32 = bleu(bundled[name], cpu_fp32_ids(bundled[name], beam, sentences), sentences)
+    record(
+        test="fp16",
+        device=device,
+        model=name,
+        beam=beam,
+        sentences=sentences,
+        bleu_fp16=round(fp16, 2),
+        bleu_cpu_fp32=round(fp32, 2),
+        seconds=round(seconds, 2),
+    )
+    assert abs(fp16 - fp32) <= FP16_BLEU_MARGIN, f"fp16 BLEU {fp16:.2f} against CPU fp32 {fp32:.2f}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def page(device: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`aiayn serve --device cuda` as a process on loopback; its URL once it says it serves."""
+    pytest.importorskip("gradio_client")
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    command = [sys.executable, "-m", "aiayn.cli", "serve", "--port", str(port), "--device", device]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while "serving" not in log.read_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"`aiayn serve --device {device}` did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        with urllib.request.urlopen(url, timeout=10):
+            pass
+        assert f"on {provider_of(device)}" in log.read_text()
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_the_page_on_cuda_answers_through_the_api(page: str, device: str) -> None:
+    from gradio_client import Client
+
+    client = Client(page, verbose=False)
+    for direction, sentence, expected in (
+        ("en-de", "Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
+        ("de-en", "Zwei Hunde spielen im Schnee.", "Two dogs play in the snow."),
+    ):
+        text, status = client.predict(sentence, direction, 4, api_name="/translate")
+        record(test="page", device=device, direction=direction, translation=text, status=status)
+        assert text == expected
+        assert status.endswith(f" on {provider_of(device)}"), status
