@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS, check_length
-from aiayn.serve.app import beam_size_of
+from aiayn.serve.app import beam_size_of, directions
 from aiayn.serve.service import TranslationService
 
 PATH = "/v1/translate"
@@ -76,11 +76,13 @@ def json_route(service: TranslationService) -> APIRoute:
     """The route over the models ``service`` has loaded (the page's directions)."""
 
     async def translate(request: Request) -> JSONResponse:
+        served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
         try:
-            sentences, direction, beam = parsed(await request.body(), list(service.models))
+            sentences, direction, beam = parsed(await request.body(), list(served))
         except BadRequest as err:
             return JSONResponse({"error": str(err)}, status_code=err.status)
-        results = await run_in_threadpool(service.translate_many, [(s, direction, beam) for s in sentences])
+        model = served[direction].name
+        results = await run_in_threadpool(service.translate_many, [(s, model, beam) for s in sentences])
         refused = [(i, line, why) for i, r in enumerate(results) for line, why in r.refused]
         if refused:
             index, line, why = refused[0]

@@ -218,9 +218,11 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             return False
         return True
 
-    def translate(texts: list[Any], directions: list[Any], beam_sizes: list[Any]) -> tuple[list[str], list[str]]:
+    # Batched: each argument is a list, one item a request; named as one request's inputs, since view_api() shows
+    # these names to the API's callers.
+    def translate(text: list[Any], direction: list[Any], beam_size: list[Any]) -> tuple[list[str], list[str]]:
         """Translate up to 5000 characters; returns the translation and a line with latency and execution provider."""
-        requests = [checked(*inputs) for inputs in zip(texts, directions, beam_sizes, strict=True)]
+        requests = [checked(*inputs) for inputs in zip(text, direction, beam_size, strict=True)]
         results = service.translate_many(requests)
         return [result.text for result in results], [status_line(result) for result in results]
 

@@ -3,6 +3,7 @@ files → translate → the page's API, each step asking only the model folder."
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -96,6 +97,15 @@ def test_a_made_up_pair_from_training_to_the_page(tmp_path: Path, capsys: pytest
         translation, _status = client.predict("red cat runs", f"{SRC}-{TGT}", 4, api_name="/translate")
         assert translation == cli_beam
         assert "qaa → qab" in urllib.request.urlopen(url, timeout=10).read().decode()
+        api = client.view_api(print_info=False, return_format="dict")
+        assert [p["parameter_name"] for p in api["named_endpoints"]["/translate"]["parameters"]] == [
+            "text",
+            "direction",
+            "beam_size",
+        ]
+        body = json.dumps({"sentences": ["red cat runs"], "direction": f"{SRC}-{TGT}", "beam": 4}).encode()
+        request = urllib.request.Request(f"{url}v1/translate", body, {"Content-Type": "application/json"})
+        assert json.loads(urllib.request.urlopen(request, timeout=30).read())["translations"] == [cli_beam]
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -104,7 +114,6 @@ def test_a_made_up_pair_from_training_to_the_page(tmp_path: Path, capsys: pytest
 def test_eval_of_a_pair_without_multi30k_asks_for_test_files(
     tmp_path: Path, tiny_folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
     import shutil
 
     folder = tmp_path / "m"
