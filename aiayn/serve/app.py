@@ -55,14 +55,20 @@ FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the
 
 
 def examples_for(model: LoadedModel) -> tuple[list[str], str]:
-    """Source sentences of the Multi30k validation split, or the built-in ones without the corpus; and a label."""
-    from aiayn.data.multi30k import load_parallel
+    """Source sentences of the validation pairs the folder kept (a user's own corpus), else of the Multi30k
+    validation split where the pair is Multi30k's, else the built-in ones of the source language; and a label."""
+    from aiayn.data.multi30k import is_multi30k_pair, load_parallel
 
+    kept = model.folder.validation_sample()
+    if kept:
+        return [src for src, _ in kept[:VAL_EXAMPLES]], "Examples (validation sentences kept in the model folder)"
     src, tgt = model.config.src_lang, model.config.tgt_lang
-    try:
-        return load_parallel("val", src, tgt, download=False).src[:VAL_EXAMPLES], "Examples (Multi30k validation)"
-    except (FileNotFoundError, ValueError):
-        return FALLBACK_EXAMPLES.get(src, []), "Examples"
+    if is_multi30k_pair(src, tgt):
+        try:
+            return load_parallel("val", src, tgt, download=False).src[:VAL_EXAMPLES], "Examples (Multi30k validation)"
+        except FileNotFoundError:
+            pass
+    return FALLBACK_EXAMPLES.get(src, []), "Examples"
 
 
 def status_line(result: Result) -> str:

@@ -96,7 +96,8 @@ def test_a_made_up_pair_from_training_to_the_page(tmp_path: Path, capsys: pytest
         client = Client(url, verbose=False)
         translation, _status = client.predict("red cat runs", f"{SRC}-{TGT}", 4, api_name="/translate")
         assert translation == cli_beam
-        assert "qaa → qab" in urllib.request.urlopen(url, timeout=10).read().decode()
+        page = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "qaa → qab" in page and "Examples (validation sentences kept in the model folder)" in page
         api = client.view_api(print_info=False, return_format="dict")
         assert [p["parameter_name"] for p in api["named_endpoints"]["/translate"]["parameters"]] == [
             "text",
