@@ -24,6 +24,7 @@ from pathlib import Path
 
 from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.bench.sessions import resident_mb
+from aiayn.core.folder import ModelFolder
 
 VISITORS = (16, 100, 200, 500)
 REQUESTS_PER_VISITOR = 5  # one after another, each one sentence
@@ -236,7 +237,10 @@ class ServeBench:
 
 
 def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] = VISITORS) -> ServeBench:
-    """`aiayn serve --model MODEL` in a process of its own; its direction is the model's name."""
+    """`aiayn serve --model MODEL` in a process of its own, asked in its pair's direction."""
+    from aiayn.serve.app import pair_value
+
+    direction = pair_value(ModelFolder.open(model))
     port = free_port()
     command = [sys.executable, "-m", "aiayn.cli", "serve", "--model", model, "--port", str(port), "--device", "cpu"]
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -245,9 +249,9 @@ def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] =
         wait_until_serving(server, f"http://{HOST}:{port}/")
         rss_ready = resident_mb(server.pid)
         sample = sentences[:SENTENCES]
-        alone = asyncio.run(one_at_a_time(port, sample, model))
-        rows = [asyncio.run(crowd(port, server.pid, n, sample, alone, model)) for n in visitors]
-        json_row = asyncio.run(json_route(port, server.pid, sample, alone, model))
+        alone = asyncio.run(one_at_a_time(port, sample, direction))
+        rows = [asyncio.run(crowd(port, server.pid, n, sample, alone, direction)) for n in visitors]
+        json_row = asyncio.run(json_route(port, server.pid, sample, alone, direction))
         return ServeBench(rss_ready, rows, json_row)
     finally:
         server.terminate()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.bench.engines import THREADS
+from aiayn.core.folder import ModelFolder
 
 BEAM = 4
 START_TIMEOUT_S = 120
@@ -78,17 +79,20 @@ def measure_serving(folder: Path, sentences: list[str], rounds: int) -> list[Ser
     """Per round: the requests one by one from one client, then all at once from one client each."""
     from gradio_client import Client
 
+    from aiayn.serve.app import pair_value
+
+    direction = pair_value(ModelFolder.open(folder))
     server, url = start_server(folder)
     try:
         clients = [Client(url, verbose=False) for _ in sentences]
         results = []
         for _ in range(rounds):
             started = time.perf_counter()
-            alone = [ask(clients[0], s, str(folder)) for s in sentences]
+            alone = [ask(clients[0], s, direction) for s in sentences]
             one_by_one = time.perf_counter() - started
             with ThreadPoolExecutor(len(sentences)) as pool:
                 started = time.perf_counter()
-                together = list(pool.map(ask, clients, sentences, [str(folder)] * len(sentences)))
+                together = list(pool.map(ask, clients, sentences, [direction] * len(sentences)))
                 concurrent = time.perf_counter() - started
             errors = sum(answer is None for answer in alone + together)
             results.append(ServingRound(one_by_one, concurrent, errors, together == alone))

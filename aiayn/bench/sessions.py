@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.bench.serving import start_server
+from aiayn.core.folder import ModelFolder
 
 WARMUP = 200
 SENTENCE = "A dog runs through the snow."
@@ -43,6 +44,9 @@ def resident_mb(pid: int) -> float:
 def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
     from gradio_client import Client
 
+    from aiayn.serve.app import pair_value
+
+    direction = pair_value(ModelFolder.open(folder))
     server, url = start_server(folder)
     try:
         client = Client(url, verbose=False)
@@ -53,7 +57,7 @@ def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
             for _ in range(count):
                 client.reset_session()  # a new visitor
                 try:
-                    client.predict(SENTENCE, str(folder), 1, api_name="/translate")
+                    client.predict(SENTENCE, direction, 1, api_name="/translate")
                 except Exception:  # counted, whatever the client raised
                     errors += 1
 

@@ -17,7 +17,7 @@ from gradio.data_classes import FileData
 from pydantic import ValidationError
 from starlette.routing import BaseRoute
 
-from aiayn.core.folder import bundled_models
+from aiayn.core.folder import ModelFolder, bundled_models
 from aiayn.core.text import MAX_CHARS, MAX_FILE_CHARS, check_length
 from aiayn.serve import admission
 from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, TranslationService
@@ -172,13 +172,20 @@ class Direction:
     model: LoadedModel
 
 
+def pair_value(folder: ModelFolder) -> str:
+    """The API's direction value of a folder's pair, ``en-es`` (``directions`` adds the folder's name where two
+    served folders share a pair)."""
+    config = folder.config
+    return f"{config.src_lang}-{config.tgt_lang}"
+
+
 def directions(models: dict[str, LoadedModel]) -> dict[str, Direction]:
     """The served models by their API value, from each folder's own languages (config.json), never its path."""
     pairs = Counter((m.config.src_lang, m.config.tgt_lang) for m in models.values())
     found: dict[str, Direction] = {}
     for name, model in models.items():
         src, tgt = pair = model.config.src_lang, model.config.tgt_lang
-        value, label = f"{src}-{tgt}", f"{src} → {tgt}"
+        value, label = pair_value(model.folder), f"{src} → {tgt}"
         if pairs[pair] > 1:
             folder = model.folder.path.name
             value, label = f"{value}:{folder}", f"{label} ({folder})"
