@@ -43,7 +43,7 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
 
     translated = model.translate(f"Two dogs play.\n{JOINED}", 4)
     assert translated.short_lines == []  # clause by clause, nothing is lost
-    result = Result("", "CPU", 1.0, 2, [], 0, None, [1], [])
+    result = Result("", "CPU", 1.0, 2, [], 0, short_lines=[1], unsure_lines=[], refused=[])
     assert "line(s) 2: the translation looks short for its source" in status_line(result)
     monkeypatch.setattr(
         LoadedModel,
