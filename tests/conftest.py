@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -56,3 +65,56 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save_weights(Transformer(config), ModelFolder.create(folder, config, tokenizer))
     export_onnx(load_model(folder), folder, ("fp32", "int8"))
     return folder
+
+
+@dataclass(frozen=True)
+class Page:
+    """`aiayn serve` running as a process on loopback."""
+
+    url: str
+    pid: int
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def served_page(flags: list[str], log: Path, timeout_s: float = 120) -> Iterator[Page]:
+    """`aiayn serve FLAGS` until the page answers and the server has said so ("serving", printed once it serves);
+    stopped on leaving."""
+    port = free_port()
+    command = [sys.executable, "-m", "aiayn.cli", "serve", "--port", str(port), *flags]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ("serving" in log.read_text() and answers(url)):
+            if process.poll() is not None:
+                pytest.fail(f"`aiayn serve` exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"`aiayn serve` did not answer within {timeout_s} s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield Page(url, process.pid, log)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def serve_page() -> Callable[..., AbstractContextManager[Page]]:
+    """``with serve_page(flags, log) as page:`` — `aiayn serve` as a process, for tests through HTTP."""
+    return served_page

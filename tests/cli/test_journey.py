@@ -4,14 +4,11 @@ files → translate → the page's API, each step asking only the model folder."
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gradio_client import Client
@@ -22,7 +19,6 @@ from aiayn.cli import main
 SRC, TGT = "qaa", "qab"
 WORDS = "red blue green cat dog bird runs sleeps jumps big small old".split()
 SIZES = ["vocab_size=64", "d_model=32", "n_heads=4", "d_ff=64", "n_encoder_layers=1", "n_decoder_layers=1"]
-STARTUP_TIMEOUT_S = 120
 
 
 def write_split(folder: Path, split: str, n: int) -> tuple[Path, Path]:
@@ -35,31 +31,9 @@ def write_split(folder: Path, split: str, n: int) -> tuple[Path, Path]:
     return paths
 
 
-def serve(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "aiayn.cli", "serve", "--model", str(model), "--port", str(port)]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"`aiayn serve` exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                if "serving" in log.read_text():
-                    return process, url
-        except OSError:
-            pass
-        time.sleep(0.5)
-    process.terminate()
-    pytest.fail(f"`aiayn serve` did not answer within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-
-
-def test_a_made_up_pair_from_training_to_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_made_up_pair_from_training_to_the_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], serve_page: Callable[..., Any]
+) -> None:
     train, valid, test = (write_split(tmp_path, split, n) for split, n in (("train", 400), ("valid", 30), ("test", 20)))
     model = tmp_path / "runs" / f"{SRC}-{TGT}"
     flags = ["--out", str(model), "--max-steps", "40", "--warmup", "10", "--max-tokens", "512", "--device", "cpu"]
@@ -91,8 +65,8 @@ def test_a_made_up_pair_from_training_to_the_page(tmp_path: Path, capsys: pytest
     assert main(["translate", "--model", str(model), "--beam", "4", "red cat runs"]) == 0
     cli_beam = capsys.readouterr().out.strip()
 
-    process, url = serve(model, tmp_path / "serve.log")
-    try:
+    with serve_page(["--model", str(model)], tmp_path / "serve.log") as page:
+        url = page.url
         client = Client(url, verbose=False)
         translation, _status = client.predict("red cat runs", f"{SRC}-{TGT}", 4, api_name="/translate")
         assert translation == cli_beam
@@ -107,9 +81,6 @@ def test_a_made_up_pair_from_training_to_the_page(tmp_path: Path, capsys: pytest
         body = json.dumps({"sentences": ["red cat runs"], "direction": f"{SRC}-{TGT}", "beam": 4}).encode()
         request = urllib.request.Request(f"{url}v1/translate", body, {"Content-Type": "application/json"})
         assert json.loads(urllib.request.urlopen(request, timeout=30).read())["translations"] == [cli_beam]
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_eval_of_a_pair_without_multi30k_asks_for_test_files(

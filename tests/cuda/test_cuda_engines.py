@@ -19,11 +19,7 @@ import functools
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,36 +151,14 @@ def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
     assert abs(fp16 - fp32) <= FP16_BLEU_MARGIN, f"fp16 BLEU {fp16:.2f} against CPU fp32 {fp32:.2f}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def page(device: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def page(device: str, tmp_path_factory: pytest.TempPathFactory, serve_page: Any) -> Iterator[str]:
     """`aiayn serve --device cuda` as a process on loopback; its URL once it says it serves."""
     pytest.importorskip("gradio_client")
-    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    command = [sys.executable, "-m", "aiayn.cli", "serve", "--port", str(port), "--device", device]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while "serving" not in log.read_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"`aiayn serve --device {device}` did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        with urllib.request.urlopen(url, timeout=10):
-            pass
+    with serve_page(["--device", device], log, STARTUP_TIMEOUT_S) as served:
         assert f"on {provider_of(device)}" in log.read_text()
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+        yield served.url
 
 
 def test_the_page_on_cuda_answers_through_the_api(page: str, device: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import re
 import shutil
@@ -12,11 +11,10 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import onnx
@@ -30,70 +28,26 @@ from aiayn.serve.app import build_app, directions, launch
 from aiayn.serve.service import TranslationService
 
 SENTENCES = ["Two dogs play in the snow.", "A man in a blue shirt is riding a bike.", "A girl jumps into the pool."]
-STARTUP_TIMEOUT_S = 120
 LOAD_REQUESTS, LOAD_CLIENTS = 200, 8
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str
-    pid: int
-    log: Path
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    """Until the page answers and the server has said so (it prints "serving" once it serves, not before)."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"`aiayn serve` exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                if "serving" in log.read_text():
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"`aiayn serve` did not answer within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
-def server(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    command = [
-        sys.executable,
-        "-m",
-        "aiayn.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--device",
-        "cpu",
-    ]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_up(url, process, log)
-        assert "serving en-de, de-en with ONNX Runtime on CPUExecutionProvider" in log.read_text()
-        yield Server(url, process.pid, log)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+def server(
+    bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, serve_page: Callable[..., Any]
+) -> Iterator[Any]:
+    with serve_page(["--host", "127.0.0.1", "--device", "cpu"], tmp_path_factory.mktemp("serve") / "serve.log") as page:
+        assert "serving en-de, de-en with ONNX Runtime on CPUExecutionProvider" in page.log.read_text()
+        yield page
 
 
 @pytest.fixture(scope="module")
-def client(server: Server) -> Client:
+def client(server: Any) -> Client:
     return Client(server.url, verbose=False)
 
 
@@ -141,7 +95,7 @@ def test_bad_inputs_get_clear_answers_and_the_server_keeps_serving(client: Clien
 
 
 def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(
-    server: Server, client: Client, tmp_path: Path
+    server: Any, client: Client, tmp_path: Path
 ) -> None:
     log_before = server.log.read_text()
     good = tmp_path / "lines.txt"
@@ -175,7 +129,7 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def test_concurrent_load_matches_serial_answers(server: Server) -> None:
+def test_concurrent_load_matches_serial_answers(server: Any) -> None:
     serial = {s: translate(Client(server.url, verbose=False), s)[0] for s in SENTENCES}
     # Each request takes a client no other request is using: gradio_client's stream of one session can close
     # under a second request of the same client still waiting (CancelledError), a client-side race.
@@ -219,7 +173,7 @@ def test_concurrent_load_matches_serial_answers(server: Server) -> None:
     ],
 )
 def test_bad_api_inputs_are_refused_by_name_without_a_traceback_in_the_log(
-    server: Server, client: Client, tmp_path: Path, inputs: tuple[object, object], message: str
+    server: Any, client: Client, tmp_path: Path, inputs: tuple[object, object], message: str
 ) -> None:
     log_before = server.log.read_text()
     with pytest.raises(AppError, match=re.escape(message)):
