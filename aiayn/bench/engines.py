@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
-from aiayn.search.translator import SearchSettings
+from aiayn.search.translator import SearchSettings, Translator
 
-THREADS = 2  # intra-op threads of every engine
+THREADS = 2  # the cores the bench compares on: the two-core framing's budget, the training bench's threads
 Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
 
 # "onnx": the serving graphs built from the weights (``engines/onnx/fused.py``), what `aiayn serve` runs on a CPU;
@@ -29,13 +30,59 @@ ENGINES = (
     "ctranslate2 fp32",
     "ctranslate2 int8",
 )
-# Ours against a peer: the ratios the bench reports (throughput, ours / peer).
-COMPARISONS = (
-    ("onnx fp32", "ctranslate2 fp32"),
-    ("onnx int8", "ctranslate2 int8"),
-    ("onnx portable fp32", "ctranslate2 fp32"),
-    ("onnx fp32", "tutorial (torch, no cache)"),
+
+
+@dataclass(frozen=True)
+class Setup:
+    """An engine and how it uses the cores: ``lanes`` batches at once (ours: lanes over one session;
+    CTranslate2: ``inter_threads``), each with ``threads`` intra-op threads."""
+
+    engine: str
+    lanes: int = 1
+    threads: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.lanes}×{self.threads}"
+
+
+@dataclass(frozen=True)
+class Framing:
+    """Setups compared with each other: ``ours`` against the best of ``peers`` in each configuration."""
+
+    name: str
+    setups: tuple[Setup, ...]
+    comparisons: tuple[tuple[str, tuple[str, ...]], ...]  # (our label, the peer labels it is held against)
+
+
+ONE_THREAD = Framing(
+    "1 thread each",
+    (Setup("onnx fp32"), Setup("onnx int8"), Setup("ctranslate2 fp32"), Setup("ctranslate2 int8")),
+    (("onnx fp32 1×1", ("ctranslate2 fp32 1×1",)), ("onnx int8 1×1", ("ctranslate2 int8 1×1",))),
 )
+# Each engine at its best use of two cores: ours in lanes of one thread (a second intra-op thread gains little
+# on ops this small); CTranslate2 both ways, workers or threads, and the better of the two is the peer.
+TWO_CORES = Framing(
+    "2 cores, each at its best",
+    (
+        Setup("onnx fp32", lanes=THREADS),
+        Setup("onnx int8", lanes=THREADS),
+        Setup("ctranslate2 fp32", lanes=THREADS),
+        Setup("ctranslate2 fp32", threads=THREADS),
+        Setup("ctranslate2 int8", lanes=THREADS),
+        Setup("ctranslate2 int8", threads=THREADS),
+        Setup("onnx portable fp32", lanes=THREADS),
+        Setup("torch + KV cache", threads=THREADS),
+        Setup("tutorial (torch, no cache)", threads=THREADS),
+    ),
+    (
+        ("onnx fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),
+        ("onnx int8 2×1", ("ctranslate2 int8 2×1", "ctranslate2 int8 1×2")),
+        ("onnx portable fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),
+        ("onnx fp32 2×1", ("tutorial (torch, no cache) 1×2",)),
+    ),
+)
+FRAMINGS = (ONE_THREAD, TWO_CORES)
 
 
 def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
@@ -53,23 +100,30 @@ def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
     return copy
 
 
-def step_translate(engine: Any, folder: ModelFolder) -> Translate:
-    """An engine of ours through the one search, batched as the bench asks."""
+def step_translate(engine: Any, folder: ModelFolder, lanes: int) -> Translate:
+    """An engine of ours through the one search, batched as the bench asks, ``lanes`` batches at once."""
+    translators: dict[int, Translator] = {}
 
     def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
-        translator = folder.translator(engine, max_sentences=batch, max_tokens=10**9)
+        if batch not in translators:
+            translators[batch] = Translator(engine, folder.tokenizer, folder.config.max_len, batch, 10**9, lanes)
+        translator = translators[batch]
         return translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam))
 
     return run
 
 
-def ctranslate2_translate(folder: ModelFolder, compute_type: str) -> Translate:
+def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) -> Translate:
     import ctranslate2
 
     from aiayn.export.ctranslate2 import ctranslate2_sources
 
     translator = ctranslate2.Translator(
-        str(folder.ctranslate2_dir), device="cpu", compute_type=compute_type, intra_threads=THREADS, inter_threads=1
+        str(folder.ctranslate2_dir),
+        device="cpu",
+        compute_type=compute_type,
+        intra_threads=setup.threads,
+        inter_threads=setup.lanes,
     )
     tokenizer = folder.tokenizer
     vocab = tokenizer.tokenizer.get_vocab()
@@ -87,26 +141,30 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str) -> Translate:
     return run
 
 
-def make_engine(name: str, folder: ModelFolder) -> Translate:
-    """The engine ``name`` (one of ``ENGINES``) on the bench's folder."""
+def make_engine(setup: Setup, folder: ModelFolder) -> Translate:
+    """The engine of ``setup`` (its name one of ``ENGINES``) on the bench's folder."""
+    name = setup.engine
     if name not in ENGINES:
         raise ValueError(f"unknown bench engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name.startswith("ctranslate2"):
-        return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8")
+        return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8", setup)
     if name.startswith("onnx portable"):
         from aiayn.engines.onnx.engine import OnnxEngine
 
-        return step_translate(OnnxEngine.load(folder, "cpu", name.split()[-1], threads=THREADS), folder)
+        engine = OnnxEngine.load(folder, "cpu", name.split()[-1], threads=setup.threads)
+        return step_translate(engine, folder, setup.lanes)
     if name.startswith("onnx"):
         from aiayn.engines.onnx.fused import FusedOnnxEngine
 
-        return step_translate(FusedOnnxEngine.load(folder, THREADS, int8=name.endswith("int8")), folder)
+        engine = FusedOnnxEngine.load(folder, setup.threads, int8=name.endswith("int8"))
+        return step_translate(engine, folder, setup.lanes)
     import torch
 
     from aiayn.engines.no_cache import NoCacheEngine
     from aiayn.engines.pytorch import TorchEngine
     from aiayn.model.weights import load_model
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(setup.threads)
     model = load_model(folder)
-    return step_translate(NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model), folder)
+    engine = NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model)
+    return step_translate(engine, folder, 1)

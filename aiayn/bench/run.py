@@ -3,10 +3,12 @@
 Engines (``engines.py``): the tutorials' way (PyTorch eager, the whole prefix
 re-decoded at every step), our PyTorch engine with the KV cache, our ONNX
 Runtime engine (fp32, int8) and CTranslate2 (fp32, int8) on an export of the
-same weights. Each engine lives in a process of its own (``worker.py``); the
-engines take turns, round by round, at greedy and beam 4, batch 1 and 32, so
-that the shared machine's slow moments fall on all of them. Ratios against a
-peer are taken within each round; the report gives their median and range.
+same weights, in two framings: every engine on one thread, and every engine at
+its best use of two cores (ours in lanes, CTranslate2 as workers or as threads).
+Each setup lives in a process of its own (``worker.py``); they take turns,
+round by round, at greedy and beam 4, batch 1 and 32, so that the shared
+machine's slow moments fall on all of them. Ratios against a peer are taken
+within each round; the report gives their median and range.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.bench.engines import COMPARISONS, ENGINES, THREADS, prepare
+from aiayn.bench.engines import FRAMINGS, THREADS, Framing, prepare
 from aiayn.bench.process import Worker
 from aiayn.bench.serving import BEAM as SERVING_BEAM
 from aiayn.bench.serving import ServingRound, measure_serving
@@ -60,8 +62,9 @@ class Row:
 
 @dataclass(frozen=True)
 class Ratio:
+    framing: str
     ours: str
-    peer: str
+    peer: str  # the peer setup with the higher median throughput in this configuration
     search: str
     batch: int
     median: float  # throughput ours / peer, each round's own; median and range over the rounds
@@ -106,17 +109,25 @@ def summarize(
     )
 
 
-def ratios(measured: dict[tuple[str, int, int], list[dict[str, Any]]]) -> list[Ratio]:
-    """Ours against each peer, per configuration: the throughput ratio of every round, as median and range."""
+def throughputs(runs: list[dict[str, Any]]) -> list[float]:
+    return [run["tokens"] / run["seconds"] for run in runs]
+
+
+def ratios(measured: dict[tuple[str, int, int], list[dict[str, Any]]], framings: tuple[Framing, ...]) -> list[Ratio]:
+    """Ours against the best of its peers, per configuration: the throughput ratio of every round, as median and
+    range; the peer is the one of ``peers`` with the higher median throughput there."""
     out = []
-    for ours, peer in COMPARISONS:
-        for beam, batch in CONFIGS:
-            a, b = measured.get((ours, beam, batch)), measured.get((peer, beam, batch))
-            if not a or not b:
-                continue
-            per_round = [(x["tokens"] / x["seconds"]) / (y["tokens"] / y["seconds"]) for x, y in zip(a, b, strict=True)]
-            middle, low, high = statistics.median(per_round), min(per_round), max(per_round)
-            out.append(Ratio(ours, peer, search_name(beam), batch, middle, low, high))
+    for framing in framings:
+        for ours, peers in framing.comparisons:
+            for beam, batch in CONFIGS:
+                a = measured.get((ours, beam, batch))
+                runs = {peer: measured[peer, beam, batch] for peer in peers if (peer, beam, batch) in measured}
+                if not a or not runs:
+                    continue
+                peer = max(runs, key=lambda p: statistics.median(throughputs(runs[p])))
+                per_round = [x / y for x, y in zip(throughputs(a), throughputs(runs[peer]), strict=True)]
+                middle, low, high = statistics.median(per_round), min(per_round), max(per_round)
+                out.append(Ratio(framing.name, ours, peer, search_name(beam), batch, middle, low, high))
     return out
 
 
@@ -143,13 +154,17 @@ class BenchResult:
 
 
 def run_bench(
-    folder: ModelFolder, src: list[str], refs: list[str], plan: Plan = FULL, engines: tuple[str, ...] = ENGINES
+    folder: ModelFolder, src: list[str], refs: list[str], plan: Plan = FULL, framings: tuple[Framing, ...] = FRAMINGS
 ) -> BenchResult:
-    """Every engine in its own process, taking turns round by round; the serving row after."""
+    """Every setup of every framing in its own process, taking turns round by round; the serving row after."""
     measured: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    setups = list(dict.fromkeys(setup for framing in framings for setup in framing.setups))
     with tempfile.TemporaryDirectory() as tmp:
         copy = prepare(folder, Path(tmp) / "model")
-        workers = [Worker(name, "aiayn.bench.worker", str(copy.path), name) for name in engines]
+        workers = [
+            Worker(s.label, "aiayn.bench.worker", str(copy.path), s.engine, str(s.lanes), str(s.threads))
+            for s in setups
+        ]
         try:
             for round_ in range(plan.rounds):
                 for beam, batch in CONFIGS:
@@ -163,14 +178,15 @@ def run_bench(
                 worker.close()
         serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds)
     rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]
-    order = {name: i for i, name in enumerate(engines)}
+    order = {setup.label: i for i, setup in enumerate(setups)}
     rows.sort(key=lambda r: (order[r.engine], r.search, r.batch))
-    return BenchResult(rows, ratios(measured), serving_summary(serving), plan.rounds)
+    return BenchResult(rows, ratios(measured, framings), serving_summary(serving), plan.rounds)
 
 
 def format_table(rows: list[Row]) -> str:
     lines = [
-        "| engine | search | batch | sentences | sent/s | tokens/s | p50 ms | p90 ms | peak RSS MB | BLEU |",
+        "| engine, lanes×threads | search | batch | sentences | sent/s | tokens/s | p50 ms | p90 ms | peak RSS MB "
+        "| BLEU |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -184,14 +200,15 @@ def format_table(rows: list[Row]) -> str:
 
 
 def report(result: BenchResult, json_path: Path | None) -> str:
-    machine = f"{platform.processor() or platform.machine()}, {THREADS} intra-op threads per engine"
+    machine = f"{platform.processor() or platform.machine()}, {THREADS} cores; lanes × intra-op threads per engine"
     ratio_lines = "\n".join(
-        f"- {r.ours} / {r.peer}, {r.search}, batch {r.batch}: {r.median:.2f}× (range {r.low:.2f}–{r.high:.2f})"
+        f"- {r.framing}: {r.ours} / {r.peer}, {r.search}, batch {r.batch}: {r.median:.2f}× "
+        f"(range {r.low:.2f}–{r.high:.2f})"
         for r in result.ratios
     )
     text = (
         f"{format_table(result.rows)}\n\nThroughput ratios (target tokens/s, ours / peer; median and range over "
-        f"{result.rounds} interleaved rounds):\n{ratio_lines}"
+        f"{result.rounds} interleaved rounds; lanes×threads after each name):\n{ratio_lines}"
     )
     if result.serving is not None:
         s = result.serving
@@ -208,14 +225,19 @@ def report(result: BenchResult, json_path: Path | None) -> str:
                     "machine": machine,
                     "rounds": result.rounds,
                     "rows": [asdict(r) for r in result.rows],
-                    "ratios": {
-                        f"{r.ours} / {r.peer}, {r.search}, batch {r.batch}": {
+                    "ratios": [
+                        {
+                            "framing": r.framing,
+                            "ours": r.ours,
+                            "ctranslate2" if r.peer.startswith("ctranslate2") else "peer": r.peer,
+                            "search": r.search,
+                            "batch": r.batch,
                             "ratio": r.median,
                             "min": r.low,
                             "max": r.high,
                         }
                         for r in result.ratios
-                    },
+                    ],
                     "serving": asdict(result.serving) if result.serving else None,
                 },
                 indent=2,

@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from aiayn.bench.engines import Translate, make_engine
+from aiayn.bench.engines import Setup, Translate, make_engine
 from aiayn.bench.process import answer, peak_rss_mb, requests
 from aiayn.core.folder import ModelFolder
 
@@ -20,11 +20,12 @@ class Measurement:
     peak_rss_mb: float
 
 
-def measure(translate: Translate, sentences: list[str], beam: int, batch: int) -> Measurement:
-    """One timed pass over ``sentences``: one at a time at batch 1 (with each latency), else all at once."""
+def measure(translate: Translate, sentences: list[str], beam: int, batch: int, lanes: int) -> Measurement:
+    """One timed pass over ``sentences``: one at a time at batch 1 in one lane (with each latency), else all at
+    once in batches of ``batch`` (several lanes take them side by side)."""
     latencies, outputs = [], []
     started = time.perf_counter()
-    if batch == 1:
+    if batch == 1 and lanes == 1:
         for sentence in sentences:
             one = time.perf_counter()
             outputs += translate([sentence], beam, 1)
@@ -36,8 +37,10 @@ def measure(translate: Translate, sentences: list[str], beam: int, batch: int) -
 
 
 def main() -> None:
-    """``python -m aiayn.bench.worker FOLDER ENGINE``, then lines ``{"sentences", "beam", "batch"}`` on stdin."""
-    translate = make_engine(sys.argv[2], ModelFolder.open(sys.argv[1]))
+    """``python -m aiayn.bench.worker FOLDER ENGINE LANES THREADS``, then lines ``{"sentences", "beam", "batch"}``
+    on stdin."""
+    setup = Setup(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    translate = make_engine(setup, ModelFolder.open(sys.argv[1]))
     answer({"ready": True})
     warmed: set[tuple[int, int]] = set()
     for request in requests():
@@ -45,7 +48,7 @@ def main() -> None:
         if (beam, batch) not in warmed:  # the first pass of a shape pays for allocations: not timed
             translate(request["sentences"][:4], beam, batch)
             warmed.add((beam, batch))
-        answer(asdict(measure(translate, request["sentences"], beam, batch)))
+        answer(asdict(measure(translate, request["sentences"], beam, batch, setup.lanes)))
 
 
 if __name__ == "__main__":

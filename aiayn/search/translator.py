@@ -1,8 +1,14 @@
-"""Text in, text out over any engine: tokenize, batch by length, search, detokenize. NumPy only."""
+"""Text in, text out over any engine: tokenize, batch by length, search, detokenize. NumPy only.
+
+Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
+releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
+thread. A batch is searched whole in one lane, so the outputs do not depend on the number of lanes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,12 +75,18 @@ class Translator:
         max_src_len: int,
         max_sentences: int = 64,
         max_tokens: int = 4096,
+        lanes: int = 1,
     ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, got {lanes}")
         self.engine = engine
         self.tokenizer = tokenizer
         self.max_src_len = max_src_len
         self.max_sentences = max_sentences
         self.max_tokens = max_tokens
+        self.lanes = lanes
+        # One pool for every caller (the page's batcher calls from several threads): at most ``lanes`` runs at once.
+        self.pool = ThreadPoolExecutor(lanes, thread_name_prefix="aiayn-lane") if lanes > 1 else None
 
     def source_ids(self, text: str) -> list[int]:
         """Subwords of ``text`` followed by </s>, as in training; refuses a sentence over the model's limit."""
@@ -94,13 +106,17 @@ class Translator:
     ) -> list[Output]:
         """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
         outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
-        for batch in length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens):
+        batches = length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens)
+
+        def search(batch: list[int]) -> list[Output]:
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)
             max_len = (padded != self.engine.pad_id).sum(axis=1) + settings.max_extra_len  # (batch,)
             if settings.beam_size == 1:
-                results = greedy_search(self.engine, padded, max_len=max_len)
-            else:
-                results = beam_search(self.engine, padded, settings.beam_size, settings.length_penalty, max_len=max_len)
+                return greedy_search(self.engine, padded, max_len=max_len)
+            return beam_search(self.engine, padded, settings.beam_size, settings.length_penalty, max_len=max_len)
+
+        searched = map(search, batches) if self.pool is None else self.pool.map(search, batches)
+        for batch, results in zip(batches, searched, strict=True):
             for i, result in zip(batch, results, strict=True):
                 outputs[i] = result
             if on_batch is not None:

@@ -2,11 +2,11 @@
 
 A decoding step costs nearly the same for 1 row as for 16 on a CPU (the
 per-node overhead of ONNX Runtime dominates small batches), so the service
-hands every request's source ids to one worker thread; the worker takes all
-requests waiting at that moment, searches their sentences as one batch
-(grouped by search settings), and gives each request its own outputs back.
-Nothing waits on purpose: a lone request starts at once, and the ones that
-arrive meanwhile form the next batch. The search of a sentence does not
+hands every request's source ids to worker threads, one per lane of the
+translator; a worker takes all requests waiting at that moment, searches their
+sentences as one batch (grouped by search settings), and gives each request its
+own outputs back. Nothing waits on purpose: a lone request starts at once, and
+the ones that arrive meanwhile form the next batch, in the next free lane. The search of a sentence does not
 depend on its batch, so answers equal one-at-a-time answers (tested).
 """
 
@@ -32,12 +32,12 @@ class Job:
 
 
 class SearchBatcher:
-    """``Translator.outputs`` for many threads at once, searched together by one worker thread."""
+    """``Translator.outputs`` for many threads at once, searched together by a worker thread per lane."""
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
         self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
-        self.worker: threading.Thread | None = None
+        self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
 
     def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
@@ -56,9 +56,10 @@ class SearchBatcher:
 
     def start(self) -> None:
         with self.lock:
-            if self.worker is None:
-                self.worker = threading.Thread(target=self.serve, name="aiayn-search", daemon=True)
-                self.worker.start()
+            while len(self.workers) < self.translator.lanes:
+                worker = threading.Thread(target=self.serve, name=f"aiayn-search-{len(self.workers)}", daemon=True)
+                worker.start()
+                self.workers.append(worker)
 
     def serve(self) -> None:
         while True:

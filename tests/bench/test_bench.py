@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from aiayn.bench.engines import Framing, Setup
 from aiayn.bench.run import Plan, report, run_bench
 from aiayn.core.folder import ModelFolder
 
@@ -13,16 +14,34 @@ SENTENCES = ["the red cat sleeps.", "a small dog runs after two blue birds!", "d
 
 def test_interleaved_rounds_give_ratios_with_their_range_and_a_serving_row(tiny_folder: Path, tmp_path: Path) -> None:
     plan = Plan(rounds=2, sentences=4, tutorial_sentences=2, serving_rounds=1)
-    engines = ("onnx fp32", "ctranslate2 fp32")
-    result = run_bench(ModelFolder.open(tiny_folder), SENTENCES * 4, SENTENCES * 4, plan, engines)
+    one = Framing(
+        "1 thread each",
+        (Setup("onnx fp32"), Setup("ctranslate2 fp32")),
+        (("onnx fp32 1×1", ("ctranslate2 fp32 1×1",)),),
+    )
+    two = Framing(
+        "2 cores",
+        (Setup("onnx fp32", lanes=2), Setup("ctranslate2 fp32", lanes=2), Setup("ctranslate2 fp32", threads=2)),
+        (("onnx fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),),
+    )
+    result = run_bench(ModelFolder.open(tiny_folder), SENTENCES * 4, SENTENCES * 4, plan, (one, two))
+    labels = ("onnx fp32 1×1", "ctranslate2 fp32 1×1", "onnx fp32 2×1", "ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")
     assert {(r.engine, r.search, r.batch) for r in result.rows} == {
-        (e, s, b) for e in engines for s in ("greedy", "beam 4") for b in (1, 32)
+        (e, s, b) for e in labels for s in ("greedy", "beam 4") for b in (1, 32)
     }
-    assert len(result.ratios) == 4 and all(r.low <= r.median <= r.high for r in result.ratios)
+    assert len(result.ratios) == 8 and all(r.low <= r.median <= r.high for r in result.ratios)
+    # Against the faster of CTranslate2's two ways of using two cores, configuration by configuration.
+    assert {r.peer for r in result.ratios if r.framing == "2 cores"} <= {"ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2"}
+    # Lanes take whole batches: the outputs, and so the BLEU, are those of one lane.
+    bleu = {(r.engine, r.search, r.batch): r.bleu for r in result.rows}
+    assert all(
+        bleu["onnx fp32 2×1", s, b] == bleu["onnx fp32 1×1", s, b] for s in ("greedy", "beam 4") for b in (1, 32)
+    )
     serving = result.serving
     assert serving is not None and serving.requests == 16 and serving.errors == 0 and serving.identical
     text = report(result, tmp_path / "bench.json")
-    assert "onnx fp32 / ctranslate2 fp32, greedy, batch 1:" in text and "range" in text and "Serving" in text
+    assert "2 cores: onnx fp32 2×1 / ctranslate2 fp32" in text and "range" in text and "Serving" in text
     figures = json.loads((tmp_path / "bench.json").read_text())
-    assert figures["ratios"]["onnx fp32 / ctranslate2 fp32, beam 4, batch 32"]["ratio"] > 0
+    ratio = next(r for r in figures["ratios"] if r["framing"] == "1 thread each" and r["search"] == "beam 4")
+    assert ratio["ctranslate2"] == "ctranslate2 fp32 1×1" and ratio["ratio"] > 0
     assert figures["serving"]["identical"] is True and figures["rounds"] == 2
