@@ -56,43 +56,52 @@ def beam_search_nbest(
     scores[:, 0] = 0.0  # one live beam at first, so that the beams do not start as copies
     tokens = np.zeros((batch, k, 0), dtype=np.int64)  # (n, k, length - 1)
     last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
+    finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) len(finished[s]), kept as an array
     for length in range(1, int(limits.max()) + 1):
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
         top_log_probs, top_ids, state = model.step_top(state, last, 2 * k)  # (n * k, kk) each
         n, kk = active.size, top_ids.shape[1]
+        row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
         candidates = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
         # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
         # scores the column order is the (beam, token) order: ties break as over the whole vocabulary.
         # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
         flat = top_columns(candidates, min(2 * k, k * kk))  # (n, m)
-        top = np.take_along_axis(candidates, flat, axis=1)  # (n, m)
+        top = candidates[row, flat]  # (n, m)
         parent = flat // kk  # (n, m)
-        token = np.take_along_axis(top_ids.reshape(n, k * kk), flat, axis=1)  # (n, m)
-        live = np.isfinite(top) & (token != eos)
-        ranked_above = np.cumsum(live, axis=1) - live  # (n, m) live candidates better than each
+        token = top_ids.reshape(n, k * kk)[row, flat]  # (n, m)
+        possible, is_eos = np.isfinite(top), token == eos
+        live = possible & ~is_eos
+        live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
+        in_beam = live_rank - live < k  # (n, m) fewer than k live candidates better than each
         penalty = gnmt_length_penalty(length, length_penalty)
-        ends = np.isfinite(top) & (token == eos) & (ranked_above < k)  # (n, m) those that rank in the beam
-        for r, c in zip(*np.nonzero(ends), strict=True):
-            log_prob = float(top[r, c])
-            finished[active[r]].append(Hypothesis(tokens[r, parent[r, c]].tolist(), log_prob, True, log_prob / penalty))
-        rows, cols = np.nonzero(live & (ranked_above < k))
-        slot = ranked_above[rows, cols]
+        ends = possible & is_eos & in_beam  # (n, m) the </s> candidates that rank in the beam
+        if ends.any():
+            for r, c in zip(*np.nonzero(ends), strict=True):
+                log_prob = float(top[r, c])
+                hypothesis = Hypothesis(tokens[r, parent[r, c]].tolist(), log_prob, True, log_prob / penalty)
+                finished[active[r]].append(hypothesis)
+                finished_count[active[r]] += 1
+        rows, cols = np.nonzero(live & in_beam)
+        slot = live_rank[rows, cols] - 1  # (live ones,) the beam each live candidate takes
         beams = np.zeros((n, k), dtype=np.int64)  # (n, k) parent of each new beam; dead ones copy beam 0
         scores = np.full((n, k), -np.inf)
         new_tokens = np.full((n, k), eos, dtype=np.int64)  # dead beams are fed </s>, their outputs ignored
         beams[rows, slot] = parent[rows, cols]
         scores[rows, slot] = top[rows, cols]
         new_tokens[rows, slot] = token[rows, cols]
-        tokens = np.concatenate([tokens[np.arange(n)[:, None], beams], new_tokens[:, :, None]], axis=2)
+        tokens = np.concatenate([tokens[row, beams], new_tokens[:, :, None]], axis=2)
 
         at_limit = limits[active] <= length  # (n,)
-        for r in np.flatnonzero(at_limit):
-            finished[active[r]] += [
-                Hypothesis(tokens[r, b].tolist(), float(scores[r, b]), False, float(scores[r, b] / penalty))
-                for b in np.flatnonzero(np.isfinite(scores[r]))
-            ]
-        enough = np.array([len(finished[s]) >= k for s in active])  # (n,)
-        going = ~at_limit & ~enough & np.isfinite(scores[:, 0])  # (n,) slot 0 is live if any is
+        if at_limit.any():
+            for r in np.flatnonzero(at_limit):
+                live_beams = np.flatnonzero(np.isfinite(scores[r]))
+                finished[active[r]] += [
+                    Hypothesis(tokens[r, b].tolist(), float(scores[r, b]), False, float(scores[r, b] / penalty))
+                    for b in live_beams
+                ]
+                finished_count[active[r]] += live_beams.size
+        going = ~at_limit & (finished_count[active] < k) & np.isfinite(scores[:, 0])  # (n,) slot 0 is live if any is
         if not going.any():
             break
         state = model.select(state, (np.flatnonzero(going)[:, None] * k + beams[going]).reshape(-1))
