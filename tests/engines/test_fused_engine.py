@@ -19,7 +19,7 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.fused import FusedOnnxEngine
-from aiayn.engines.onnx.serving_graphs import GraphBuilder, GraphOptions, two_stage_top_k
+from aiayn.engines.onnx.serving_graphs import GraphBuilder, two_stage_top_k
 from aiayn.search.translator import SearchSettings
 
 TOLERANCE = 1e-4
@@ -143,23 +143,6 @@ def test_two_stage_top_k_is_exact() -> None:
 
 
 @pytest.mark.parametrize(
-    "options",
-    [
-        GraphOptions(block_top_k=False),
-        GraphOptions(skip_layer_norm=True),
-        GraphOptions(encoder_attention="mha"),
-        GraphOptions(encoder_attention="gqa"),
-        GraphOptions(head="logits"),
-    ],
-)
-def test_graph_options(model_dir: Path, options: GraphOptions) -> None:
-    ref = OnnxEngine.load(model_dir, "cpu", threads=1)
-    ours = FusedOnnxEngine.load(model_dir, threads=1, options=options)
-    src = random_sources(np.random.default_rng(3), 5)
-    compare(ref, ours, src, ["beam", "step", "reorder", "step", "drop", "step"], 3)
-
-
-@pytest.mark.parametrize(
     "changes",
     [
         {"norm_first": False},  # the paper's post-LN
@@ -185,7 +168,7 @@ def test_random_models_against_torch(changes: dict[str, object]) -> None:
                 param.add_(torch.randn_like(param) * 0.1)
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     encoder, decoder = build_serving_graphs(config, weights)
-    small = build_decoder(config, weights, GraphOptions(block_top_k=False))
+    small = build_decoder(config, weights, block_top_k=False)
     ours = FusedOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1, small_decoder=small)
     ref = TorchEngine(model)
     for batch in (1, 9):

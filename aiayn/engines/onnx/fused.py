@@ -13,7 +13,7 @@ cross keys/values, which are never repeated per beam. ``select`` is cheap:
   child (it takes over its parent's row); only a further child of the same parent
   gets a copy of the parent's filled cache, in a row that a childless beam left;
 - a sentence that leaves the search just stops being read: its rows keep running
-  (on </s>) until the live sentences fall below ``compact_below`` of the physical
+  (on </s>) until the live sentences fall to ``COMPACT_BELOW`` of the physical
   ones, and only then are the live blocks moved to the front (filled part only);
 - anything else (rows repeated across sentences, say) falls back to a general
   gather into fresh buffers with one row per sentence.
@@ -35,29 +35,14 @@ from safetensors.numpy import load_file
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.engine import OnnxEngine
-from aiayn.engines.onnx.serving_graphs import (
-    HEAD_LOGITS,
-    HEAD_TOP_K,
-    GraphOptions,
-    build_decoder,
-    build_serving_graphs,
-    quantize_int8,
-)
+from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs, quantize_int8
+from aiayn.engines.onnx.sessions import CPU, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
-CPU = "CPUExecutionProvider"
-COMPACT_BELOW = 0.5  # compact when live sentences ≤ this share of the physical ones (RESULTS.md: measured)
+# Compact when live sentences ≤ this share of the physical ones (docs/speed.md: never compacting cost 20–45 % at
+# batch 32; thresholds 0.25–0.9 were within noise).
+COMPACT_BELOW = 0.5
 BLOCK_TOP_K_ROWS = 8  # from this many rows the two-stage TopK decoder is faster; below it, plain TopK
-
-
-def session_options(threads: int, spinning: bool) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return options
 
 
 def ortvalue(array: np.ndarray) -> ort.OrtValue:
@@ -84,7 +69,7 @@ class Batch:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     seqlens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     total_len: np.ndarray = field(default_factory=lambda: np.zeros((), np.int32))
-    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids, or (rows, vocab) logits
+    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids
     keep_alive: list[ort.OrtValue] = field(default_factory=list)  # OrtValues the binding refers to
 
     @property
@@ -125,9 +110,6 @@ class FusedOnnxEngine:
         encoder: bytes,
         decoder: bytes,
         threads: int = 2,
-        spinning: bool = False,
-        compact_below: float = COMPACT_BELOW,
-        head: str = HEAD_TOP_K,
         small_decoder: bytes | None = None,
     ) -> None:
         """``decoder`` serves every batch, or only those of ``BLOCK_TOP_K_ROWS`` rows and more if a
@@ -139,40 +121,30 @@ class FusedOnnxEngine:
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.n_kv = 2 * config.n_decoder_layers
-        self.head = head
-        self.compact_below = compact_below
-        options = session_options(threads, spinning)
-        self.encoder = ort.InferenceSession(encoder, options, providers=[CPU])
-        self.decoder = ort.InferenceSession(decoder, options, providers=[CPU])
-        self.small_decoder = ort.InferenceSession(small_decoder, options, providers=[CPU]) if small_decoder else None
+        self.encoder = open_session(encoder, [CPU], threads)
+        self.decoder = open_session(decoder, [CPU], threads)
+        self.small_decoder = open_session(small_decoder, [CPU], threads) if small_decoder else None
 
     @classmethod
     def load(
         cls,
         folder: ModelFolder | str | Path,
         threads: int | None = None,
-        options: GraphOptions | None = None,
-        spinning: bool = False,
-        compact_below: float = COMPACT_BELOW,
         int8: bool = False,
     ) -> FusedOnnxEngine:
         """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
         ``int8`` quantizes their weights (``serving_graphs.quantize_int8``)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        options = options or GraphOptions()
         threads = threads or min(4, os.cpu_count() or 1)
         config = folder.config
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
         weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
-        encoder, decoder = build_serving_graphs(config, weights, options)
-        small = None
-        if options.head == HEAD_TOP_K and options.block_top_k:
-            small = build_decoder(config, weights, GraphOptions(**{**vars(options), "block_top_k": False}))
+        encoder, decoder = build_serving_graphs(config, weights)
+        small = build_decoder(config, weights, block_top_k=False)
         if int8:
-            encoder, decoder = quantize_int8(encoder), quantize_int8(decoder)
-            small = quantize_int8(small) if small is not None else None
-        return cls(folder, config, encoder, decoder, threads, spinning, compact_below, options.head, small)
+            encoder, decoder, small = quantize_int8(encoder), quantize_int8(decoder), quantize_int8(small)
+        return cls(folder, config, encoder, decoder, threads, small)
 
     # -- encoder -----------------------------------------------------------------------------------------
 
@@ -229,18 +201,14 @@ class FusedOnnxEngine:
         batch.binding, batch.keep_alive, batch.bound_k = binding, keep, 0
 
     def bind_outputs(self, batch: Batch, k: int) -> None:
-        """(Re)bind the head's outputs for ``k`` best tokens per row (the logits head ignores ``k``)."""
+        """(Re)bind the head's outputs for ``k`` best tokens per row."""
         assert batch.binding is not None
         rows = batch.rows
-        if self.head == HEAD_LOGITS:
-            batch.outputs = (np.empty((rows, self.config.vocab_size), np.float32),)
-            names = ["logits"]
-        else:
-            batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
-            names = ["top_log_probs", "top_ids"]
-            k_value = ortvalue(np.array([k], np.int64))
-            batch.binding.bind_ortvalue_input("k", k_value)
-            batch.keep_alive.append(k_value)
+        batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
+        names = ["top_log_probs", "top_ids"]
+        k_value = ortvalue(np.array([k], np.int64))
+        batch.binding.bind_ortvalue_input("k", k_value)
+        batch.keep_alive.append(k_value)
         for name, array in zip(names, batch.outputs, strict=True):
             value = ortvalue(array)
             batch.binding.bind_ortvalue_output(name, value)
@@ -290,22 +258,12 @@ class FusedOnnxEngine:
         return outputs, FusedState(batch, state.rows, batch.version, state.identity)
 
     def step_top(self, state: FusedState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, FusedState]:
-        k = min(k, self.config.vocab_size)
-        if self.head == HEAD_LOGITS:
-            (logits,), state = self.run_step(state, tgt_ids, k)
-            ids = top_ids(logits, k)  # (rows, k)
-            values = np.take_along_axis(logits, ids, axis=1) - log_sum_exp(logits)
-            return values, ids, state
-        (values, ids), state = self.run_step(state, tgt_ids, k)
+        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
         return values, ids, state  # (rows, k) each, best first, ties to the lower id
 
     def step(self, state: FusedState, tgt_ids: np.ndarray) -> tuple[np.ndarray, FusedState]:
         """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
-        vocab = self.config.vocab_size
-        if self.head == HEAD_LOGITS:
-            (logits,), state = self.run_step(state, tgt_ids, 1)
-            return logits - log_sum_exp(logits), state
-        (values, ids), state = self.run_step(state, tgt_ids, vocab)
+        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
         log_probs = np.empty_like(values)
         np.put_along_axis(log_probs, ids, values, axis=1)
         return log_probs, state
@@ -339,7 +297,7 @@ class FusedOnnxEngine:
         if g > 1:
             parents = self.adopt(batch, parents.reshape(-1, g)).reshape(-1)
         slots = parents[::g] // g  # (new sentences,) physical blocks still read
-        if 0 < slots.size <= self.compact_below * batch.sentences:
+        if 0 < slots.size <= COMPACT_BELOW * batch.sentences:
             return self.compact(batch, slots, parents % g)
         return state_of(batch, parents)
 
@@ -418,18 +376,3 @@ def distinct(values: np.ndarray) -> bool:
     if values.size < 2 or bool((values[1:] > values[:-1]).all()):
         return True
     return np.unique(values).size == values.size
-
-
-def log_sum_exp(logits: np.ndarray) -> np.ndarray:
-    """(rows, vocab) → (rows, 1) log Σ exp, stably."""
-    top = logits.max(axis=1, keepdims=True)
-    return top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
-
-
-def top_ids(scores: np.ndarray, k: int) -> np.ndarray:
-    """(rows, k) ids of the k largest per row, best first, ties to the lower id."""
-    if k == 1:
-        return scores.argmax(axis=1)[:, None]  # the first maximum: the lower id
-    from aiayn.search.step import top_columns
-
-    return top_columns(scores, k)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -39,11 +38,7 @@ from aiayn.core.config import ModelConfig
 OPSET = 18
 MS_DOMAIN = "com.microsoft"
 POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
-
-# Decoder heads: what the step returns besides the updated cache.
-HEAD_TOP_K = "top_k"  # log-softmax, then TopK(k): (rows, k) values and ids; the beam's head
-HEAD_LOGITS = "logits"  # raw logits (rows, vocab), into a buffer the engine owns; argmax and log-sum-exp in NumPy
-HEADS = (HEAD_TOP_K, HEAD_LOGITS)
+Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
 
 
 def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
@@ -144,38 +139,16 @@ class GraphBuilder:
         bias = self.const(self.fresh(prefix + ".b"), self.weight(f"{prefix}.bias"))
         return self.op1("LayerNormalization", [x, scale, bias], "ln", axis=-1, epsilon=eps)
 
-    def stack(
-        self,
-        a: str,
-        b: str,
-        sublayers: list[tuple[str, Callable[[str], str]]],
-        final_norm: str,
-        config: ModelConfig,
-        skip_layer_norm: bool,
-    ) -> str:
-        """x = a + b (token embeddings + positions), then each sub-layer with its residual and norm (§3.1, §5.4
-        without dropout): x + f(LN(x)) pre-LN, with a final LN; LN(x + f(x)) post-LN."""
+    def stack(self, x: str, sublayers: Sublayers, final_norm: str, config: ModelConfig) -> str:
+        """Each sub-layer of ``x`` with its residual and norm (§3.1, §5.4 without dropout): x + f(LN(x)) pre-LN,
+        with a final LN; LN(x + f(x)) post-LN."""
         eps = config.layer_norm_eps
-        if not config.norm_first:
-            x = self.op1("Add", [a, b], "x")
-            for norm, sublayer in sublayers:
-                x = self.layer_norm(self.op1("Add", [x, sublayer(x)], "res"), norm, eps)
-            return x
-        if not skip_layer_norm:
-            x = self.op1("Add", [a, b], "x")
-            for norm, sublayer in sublayers:
-                x = self.op1("Add", [x, sublayer(self.layer_norm(x, norm, eps))], "res")
-            return self.layer_norm(x, final_norm, eps)
         for norm, sublayer in sublayers:
-            h, x = self.skip_layer_norm(a, b, norm, eps)  # LN(a + b) and a + b
-            a, b = sublayer(h), x  # the next norm sees x + f(h)
-        return self.skip_layer_norm(a, b, final_norm, eps)[0]
-
-    def skip_layer_norm(self, a: str, b: str, norm: str, eps: float) -> tuple[str, str]:
-        scale = self.const(self.fresh(norm + ".g"), self.weight(f"{norm}.weight"))
-        bias = self.const(self.fresh(norm + ".b"), self.weight(f"{norm}.bias"))
-        h, _, _, x = self.op("SkipLayerNormalization", [a, b, scale, bias], "sln", 4, MS_DOMAIN, epsilon=eps)
-        return h, x
+            if config.norm_first:
+                x = self.op1("Add", [x, sublayer(self.layer_norm(x, norm, eps))], "res")
+            else:
+                x = self.layer_norm(self.op1("Add", [x, sublayer(x)], "res"), norm, eps)
+        return self.layer_norm(x, final_norm, eps) if config.norm_first else x
 
     def feed_forward(self, x: str, prefix: str) -> str:
         """Eq. 2: max(0, x W1 + b1) W2 + b2."""
@@ -195,17 +168,6 @@ class GraphBuilder:
 
 def io(name: str, dtype: int, shape: list[str | int]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, dtype, shape)
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    """Alternatives that were measured (RESULTS.md); the defaults are the fastest found on this CPU."""
-
-    skip_layer_norm: bool = False  # pre-LN: residual Add + next LayerNormalization as SkipLayerNormalization (slower)
-    encoder_attention: str = "attention"  # "attention": the Attention op (QKV projection inside); "mha": Gemm,
-    # Split, MultiHeadAttention; "gqa": GroupQueryAttention (causal=0, packed QKV, lengths instead of a mask)
-    head: str = HEAD_TOP_K
-    block_top_k: bool = True  # top_k head: TopK over the best blocks of the vocabulary (exact; see two_stage_top_k)
 
 
 def block_size(vocab: int) -> int:
@@ -245,7 +207,7 @@ def two_stage_top_k(g: GraphBuilder, scores: str, k: str, block: int, vocab: int
     g.nodes.append(helper.make_node("Identity", [ids], [outputs[1]], name="top_ids"))
 
 
-def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray], options: GraphOptions = GraphOptions()) -> bytes:
+def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     """src_ids (batch, src_len) int64 and src_mask (batch, src_len) int32 →
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
     g = GraphBuilder(weights)
@@ -267,56 +229,28 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray], options: 
         "pos2d",
     )
     bsd = g.op1("Concat", [shape, g.const("d_only", np.array([d]))], "bsd3", axis=0)  # [batch, src_len, d]
-    if options.encoder_attention == "gqa":
-        lengths = g.op1("ReduceSum", ["src_mask", "one"], "len", keepdims=0)  # (batch,) real tokens
-        seqlens = g.op1("Sub", [lengths, g.const("one_i32", np.array(1, np.int32))], "seqlens")
-        total = g.op1("Cast", [g.op1("Squeeze", [src_len], "s")], "total", to=TensorProto.INT32)
 
     def self_attention(h: str, prefix: str) -> str:
+        """The Attention op: the QKV projection inside, over (batch, src_len, d) with the padding mask."""
         names = [f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v"]
-        if options.encoder_attention == "attention":
-            w = np.concatenate([g.weight(f"{n}.weight") for n in names], axis=0).T  # (d, 3d)
-            b = np.concatenate([g.weight(f"{n}.bias") for n in names])
-            h3 = g.op1("Reshape", [h, bsd], "h3")
-            out = g.op1(
-                "Attention",
-                [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), "src_mask"],
-                "attn",
-                MS_DOMAIN,
-                num_heads=heads,
-            )
-        elif options.encoder_attention == "gqa":
-            qkv = g.op1(
-                "Reshape",
-                [
-                    g.linear(h, names, "qkv"),
-                    g.op1("Concat", [shape, g.const(g.fresh("3d"), np.array([3 * d]))], "s3", axis=0),
-                ],
-                "qkv3",
-            )
-            out = g.op(
-                "GroupQueryAttention",
-                [qkv, "", "", "", "", seqlens, total],
-                "gqa",
-                1,
-                MS_DOMAIN,
-                num_heads=heads,
-                kv_num_heads=heads,
-                causal=0,
-            )[0]
-        else:
-            qkv = g.linear(h, names, "qkv")  # (rows, 3d)
-            q, k, v = g.op("Split", [qkv], "qkv_split", 3, axis=1, num_outputs=3)
-            q, k, v = (g.op1("Reshape", [t, bsd], "bsd") for t in (q, k, v))  # (batch, src_len, d)
-            out = g.op1("MultiHeadAttention", [q, k, v, "", "src_mask"], "mha", MS_DOMAIN, num_heads=heads)
+        w = np.concatenate([g.weight(f"{n}.weight") for n in names], axis=0).T  # (d, 3d)
+        b = np.concatenate([g.weight(f"{n}.bias") for n in names])
+        h3 = g.op1("Reshape", [h, bsd], "h3")
+        out = g.op1(
+            "Attention",
+            [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), "src_mask"],
+            "attn",
+            MS_DOMAIN,
+            num_heads=heads,
+        )
         return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.w_o"], "wo")
 
-    sublayers: list[tuple[str, Callable[[str], str]]] = []
+    sublayers: Sublayers = []
     for i in range(config.n_encoder_layers):
         p = f"encoder_layers.{i}"
         sublayers.append((f"{p}.self_attn_residual.norm", partial(self_attention, prefix=f"{p}.self_attn")))
         sublayers.append((f"{p}.feed_forward_residual.norm", partial(g.feed_forward, prefix=f"{p}.feed_forward")))
-    x = g.stack(tokens, positions, sublayers, "encoder_norm", config, options.skip_layer_norm)
+    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, "encoder_norm", config)
     # All decoder layers' cross keys and values in one Gemm: (rows, 2 · layers · d).
     kv = g.linear(x, [f"decoder_layers.{i}.cross_attn.w_{t}" for i in range(n_dec) for t in "kv"], "cross_kv")
     kv_shape = g.op1("Concat", [shape, g.const("kv_tail", np.array([2 * n_dec, heads, d_head]))], "kv_shape", axis=0)
@@ -349,15 +283,14 @@ def decoder_inputs(config: ModelConfig) -> list[onnx.ValueInfoProto]:
     return inputs
 
 
-def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], options: GraphOptions = GraphOptions()) -> bytes:
-    """One new token per row after ``seqlens_k`` cached ones.
+def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top_k: bool = True) -> bytes:
+    """One new token per row after ``seqlens_k`` cached ones → its ``k`` best next tokens (log-softmax, then TopK:
+    over the best blocks of the vocabulary if ``block_top_k``, see ``two_stage_top_k``; else plain).
 
     The cache buffers ``cache_*`` (rows, heads, capacity, d_head) come back as ``present_*`` of the same
     shape: bind one buffer to both and GroupQueryAttention appends in place. Rows are grouped by sentence
     (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and ``src_mask``.
     """
-    if options.head not in HEADS:
-        raise ValueError(f"unknown decoder head {options.head!r}; choose one of {HEADS}")
     g = GraphBuilder(weights)
     d, heads, d_head = config.d_model, config.n_heads, config.d_head
     emb = g.weight("embedding.weight")  # (vocab, d)
@@ -398,41 +331,33 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], options: 
         )
         return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.w_o"], "wo")
 
-    sublayers: list[tuple[str, Callable[[str], str]]] = []
+    sublayers: Sublayers = []
     for i in range(config.n_decoder_layers):
         p = f"decoder_layers.{i}"
         sublayers.append((f"{p}.self_attn_residual.norm", partial(self_attention, prefix=f"{p}.self_attn", i=i)))
         sublayers.append((f"{p}.cross_attn_residual.norm", partial(cross_attention, prefix=f"{p}.cross_attn", i=i)))
         sublayers.append((f"{p}.feed_forward_residual.norm", partial(g.feed_forward, prefix=f"{p}.feed_forward")))
-    x = g.stack(tokens, positions, sublayers, "decoder_norm", config, options.skip_layer_norm)  # (rows, d)
+    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, "decoder_norm", config)  # (rows, d)
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), stored transposed (d, vocab).
     projection = g.const("embedding_t", np.ascontiguousarray(emb.T))
     inputs = decoder_inputs(config)
-    if options.head == HEAD_LOGITS:
-        g.nodes.append(helper.make_node("MatMul", [x, projection], ["logits"], name="logits"))
-        outputs = [io("logits", TensorProto.FLOAT, ["rows", config.vocab_size])]
+    log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
+    if block_top_k and (block := block_size(config.vocab_size)):
+        two_stage_top_k(g, log_probs, "k", block, config.vocab_size, ["top_log_probs", "top_ids"])
     else:
-        log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
-        if options.block_top_k and (block := block_size(config.vocab_size)):
-            two_stage_top_k(g, log_probs, "k", block, config.vocab_size, ["top_log_probs", "top_ids"])
-        else:
-            g.nodes.append(
-                helper.make_node("TopK", [log_probs, "k"], ["top_log_probs", "top_ids"], name="top_k", axis=-1)
-            )
-        inputs.append(io("k", TensorProto.INT64, [1]))
-        outputs = [
-            io("top_log_probs", TensorProto.FLOAT, ["rows", "k"]),
-            io("top_ids", TensorProto.INT64, ["rows", "k"]),
-        ]
+        g.nodes.append(helper.make_node("TopK", [log_probs, "k"], ["top_log_probs", "top_ids"], name="top_k", axis=-1))
+    inputs.append(io("k", TensorProto.INT64, [1]))
+    outputs = [
+        io("top_log_probs", TensorProto.FLOAT, ["rows", "k"]),
+        io("top_ids", TensorProto.INT64, ["rows", "k"]),
+    ]
     return g.model("aiayn_decoder", inputs, outputs + outputs_kv)
 
 
-def build_serving_graphs(
-    config: ModelConfig, weights: dict[str, np.ndarray], options: GraphOptions = GraphOptions()
-) -> tuple[bytes, bytes]:
+def build_serving_graphs(config: ModelConfig, weights: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
     """(encoder, decoder) serialized ModelProtos for ``config`` and its weights (any float dtype; fp32 inside)."""
     check_weights(config, weights)
-    return build_encoder(config, weights, options), build_decoder(config, weights, options)
+    return build_encoder(config, weights), build_decoder(config, weights)
 
 
 def quantize_int8(model: bytes, op_types: tuple[str, ...] = ("MatMul", "Attention")) -> bytes:
