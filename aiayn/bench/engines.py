@@ -13,28 +13,32 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
+from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
+from aiayn.engines.load import load_engine
 from aiayn.search.translator import SearchSettings
 
 THREADS = 2  # intra-op threads of every engine
+NO_CACHE = "torch-no-cache"  # the tutorials' decoding: no KV cache, the whole prefix again at every step
 Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
 
-# "onnx": the serving graphs built from the weights (``engines/onnx/fused.py``), what `aiayn serve` runs on a CPU;
-# "onnx portable": the contract's graphs (decoder.onnx with the TopK head), the reference for other runtimes.
+# Our engines by their one name (``aiayn.engines.ENGINES``, what --engine takes and the logs show) and variant:
+# "onnx" the serving graphs built from the weights, what `aiayn serve` runs on a CPU; "onnx-portable" the
+# contract's graphs (decoder.onnx with the TopK head), the reference for other runtimes; "torch" with its KV cache.
 ENGINES = (
-    "tutorial (torch, no cache)",
-    "torch + KV cache",
-    "onnx portable fp32",
-    "onnx fp32",
-    "onnx int8",
+    NO_CACHE,
+    TORCH,
+    f"{ONNX_PORTABLE} fp32",
+    f"{ONNX} fp32",
+    f"{ONNX} int8",
     "ctranslate2 fp32",
     "ctranslate2 int8",
 )
 # Ours against a peer: the ratios the bench reports (throughput, ours / peer).
 COMPARISONS = (
-    ("onnx fp32", "ctranslate2 fp32"),
-    ("onnx int8", "ctranslate2 int8"),
-    ("onnx portable fp32", "ctranslate2 fp32"),
-    ("onnx fp32", "tutorial (torch, no cache)"),
+    (f"{ONNX} fp32", "ctranslate2 fp32"),
+    (f"{ONNX} int8", "ctranslate2 int8"),
+    (f"{ONNX_PORTABLE} fp32", "ctranslate2 fp32"),
+    (f"{ONNX} fp32", NO_CACHE),
 )
 
 
@@ -93,20 +97,14 @@ def make_engine(name: str, folder: ModelFolder) -> Translate:
         raise ValueError(f"unknown bench engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name.startswith("ctranslate2"):
         return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8")
-    if name.startswith("onnx portable"):
-        from aiayn.engines.onnx.engine import OnnxEngine
+    if name in (NO_CACHE, TORCH):
+        import torch
 
-        return step_translate(OnnxEngine.load(folder, "cpu", name.split()[-1], threads=THREADS), folder)
-    if name.startswith("onnx"):
-        from aiayn.engines.onnx.fused import FusedOnnxEngine
+        torch.set_num_threads(THREADS)
+    if name == NO_CACHE:
+        from aiayn.engines.no_cache import NoCacheEngine
+        from aiayn.model.weights import load_model
 
-        return step_translate(FusedOnnxEngine.load(folder, THREADS, int8=name.endswith("int8")), folder)
-    import torch
-
-    from aiayn.engines.no_cache import NoCacheEngine
-    from aiayn.engines.pytorch import TorchEngine
-    from aiayn.model.weights import load_model
-
-    torch.set_num_threads(THREADS)
-    model = load_model(folder)
-    return step_translate(NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model), folder)
+        return step_translate(NoCacheEngine(load_model(folder)), folder)
+    engine, _, variant = name.partition(" ")
+    return step_translate(load_engine(folder, engine, "cpu", variant or "fp32", THREADS), folder)

@@ -1,4 +1,4 @@
-"""The PyTorch engine: the model seen through the search's step interface (``aiayn.search.StepModel``)."""
+"""The PyTorch engine: the model seen through the search's step interface (an ``aiayn.engines.Engine``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from aiayn.engines import TORCH
 from aiayn.engines.state import DecoderState
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
@@ -25,9 +26,12 @@ def take_rows(values: Sequence[Tensor], rows: np.ndarray) -> list[Tensor]:
 class TorchEngine(FullDistributionStep[TorchState]):
     """Encodes once, then decodes one step at a time with the KV cache; NumPy in and out."""
 
+    name = TORCH
+
     def __init__(self, model: Transformer, device: str | torch.device = "cpu") -> None:
         self.model = model.to(device).eval()
         self.device = torch.device(device)
+        self.provider = f"PyTorch ({self.device.type.upper()})"
         tokens = model.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
 

@@ -34,7 +34,7 @@ from aiayn.core.contract import (
     serving_decoder_spec,
 )
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import DEVICES
+from aiayn.engines import DEVICES, ONNX_PORTABLE
 from aiayn.engines.onnx.io import BoundIO, HostIO
 from aiayn.engines.onnx.sessions import CPU, CUDA, REEXPORT, check_graph, check_stamp, open_on_device
 from aiayn.engines.onnx.top_k import with_top_k_head
@@ -44,7 +44,9 @@ VARIANT_FLAGS = {"fp32": "", "int8": " --quantize int8", "fp16": " --fp16"}  # w
 
 
 class OnnxEngine:
-    """Encoder and decoder sessions of a model folder; implements ``aiayn.search.StepModel``."""
+    """Encoder and decoder sessions of a model folder; an ``aiayn.engines.Engine``."""
+
+    name = ONNX_PORTABLE
 
     def __init__(self, config: ModelConfig, io: HostIO | BoundIO, provider: str) -> None:
         self.config, self.io, self.provider = config, io, provider

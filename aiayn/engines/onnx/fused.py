@@ -34,6 +34,7 @@ from safetensors.numpy import load_file
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
+from aiayn.engines import ONNX
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs, quantize_int8
 from aiayn.engines.onnx.sessions import CPU, open_session
@@ -101,7 +102,9 @@ def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
 
 
 class FusedOnnxEngine:
-    """Encoder and decoder sessions of ``serving_graphs.py``; implements ``aiayn.search.StepModel``."""
+    """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
+
+    name = ONNX
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ import onnxruntime as ort
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
+from aiayn.engines.onnx.gather import gather_model
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -93,8 +94,9 @@ def open_session(
         raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
 
 
-def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
-    """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw)."""
+def try_cuda(path: Path | None, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
+    """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw);
+    ``path`` names the file ``model`` came from, if any."""
     if CUDA not in ort.get_available_providers():
         return None, f"this onnxruntime build has no {CUDA} (install onnxruntime-gpu)"
     ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
@@ -109,6 +111,12 @@ def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSessi
         return session, ""
     errors = [line.rsplit("error:", 1)[-1].strip() for line in log if "[E:" in line]
     return None, errors[-1] if errors else "ONNX Runtime fell back to the CPU"
+
+
+def gpu_unavailable(threads: int) -> str:
+    """Why ONNX Runtime cannot run a session on a GPU here, or "" if it can: probed with a one-node graph, so that
+    ``--device auto`` on a machine without one builds no model session only to throw it away."""
+    return try_cuda(None, threads, gather_model([("float32", 1)]))[1]
 
 
 def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
