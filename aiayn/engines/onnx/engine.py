@@ -29,9 +29,9 @@ from aiayn.core.contract import (
     TGT_IDS,
     TOP_K_INPUT,
     TOP_K_OUTPUTS,
+    decoder_with_top_k_spec,
     encoder_spec,
     kv_names,
-    serving_decoder_spec,
 )
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import DEVICES, ONNX_PORTABLE
@@ -88,7 +88,7 @@ class OnnxEngine:
         decoder = open_on_device(files[1], with_top_k_head(files[1].read_bytes()), decoder_device, threads)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),
-            (decoder, serving_decoder_spec(config), files[1]),
+            (decoder, decoder_with_top_k_spec(config), files[1]),
         ):
             check_graph(session, spec, path)
             check_stamp(session, config, folder.weights_sha256, path)

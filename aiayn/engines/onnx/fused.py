@@ -33,11 +33,26 @@ import onnxruntime as ort
 from safetensors.numpy import load_file
 
 from aiayn.core.config import ModelConfig
+from aiayn.core.contract import (
+    CROSS_KV,
+    GROUP_SHAPE,
+    SEQLENS_K,
+    SRC_IDS,
+    SRC_MASK,
+    TGT_IDS,
+    TOP_IDS,
+    TOP_K,
+    TOP_LOG_PROBS,
+    TOTAL_LEN,
+    kv_names,
+    serving_decoder_spec,
+    serving_encoder_spec,
+)
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs, quantize_int8
-from aiayn.engines.onnx.sessions import CPU, open_session
+from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
 # Compact when live sentences ≤ this share of the physical ones (docs/speed.md: never compacting cost 20–45 % at
@@ -124,9 +139,15 @@ class FusedOnnxEngine:
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.n_kv = 2 * config.n_decoder_layers
+        self.cross_names, self.cache_names, self.present_names = (
+            kv_names(config, prefix) for prefix in ("cross", "cache", "present")
+        )
         self.encoder = open_session(encoder, [CPU], threads)
         self.decoder = open_session(decoder, [CPU], threads)
         self.small_decoder = open_session(small_decoder, [CPU], threads) if small_decoder else None
+        check_built_graph(self.encoder, serving_encoder_spec(config))
+        for session in (self.decoder, self.small_decoder) if self.small_decoder else (self.decoder,):
+            check_built_graph(session, serving_decoder_spec(config))
 
     @classmethod
     def load(
@@ -158,9 +179,9 @@ class FusedOnnxEngine:
         cross = np.empty((self.n_kv, batch, self.config.n_heads, src_len, self.config.d_head), np.float32)
         binding = self.encoder.io_binding()
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
-        binding.bind_ortvalue_input("src_ids", values[0])
-        binding.bind_ortvalue_input("src_mask", values[1])
-        binding.bind_ortvalue_output("cross_kv", values[2])
+        binding.bind_ortvalue_input(SRC_IDS, values[0])
+        binding.bind_ortvalue_input(SRC_MASK, values[1])
+        binding.bind_ortvalue_output(CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
         return state_of(Batch(cross, src_mask), np.arange(batch))
 
@@ -190,17 +211,15 @@ class FusedOnnxEngine:
             keep.append(value)
             return value
 
-        bind_input("tgt_ids", batch.ids)
-        bind_input("seqlens_k", batch.seqlens)
-        bind_input("total_len", batch.total_len)
-        bind_input("group_shape", np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
-        bind_input("src_mask", batch.src_mask)
-        for i in range(cfg.n_decoder_layers):
-            bind_input(f"cross_key.{i}", batch.cross[2 * i])
-            bind_input(f"cross_value.{i}", batch.cross[2 * i + 1])
-            for j, kind in ((2 * i, "key"), (2 * i + 1, "value")):
-                value = bind_input(f"cache_{kind}.{i}", batch.cache[j])
-                binding.bind_ortvalue_output(f"present_{kind}.{i}", value)  # the same memory: appended in place
+        bind_input(TGT_IDS, batch.ids)
+        bind_input(SEQLENS_K, batch.seqlens)
+        bind_input(TOTAL_LEN, batch.total_len)
+        bind_input(GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input(SRC_MASK, batch.src_mask)
+        for name, cross in zip(self.cross_names, batch.cross, strict=True):
+            bind_input(name, cross)
+        for name, present, cache in zip(self.cache_names, self.present_names, batch.cache, strict=True):
+            binding.bind_ortvalue_output(present, bind_input(name, cache))  # the same memory: appended in place
         batch.binding, batch.keep_alive, batch.bound_k = binding, keep, 0
 
     def bind_outputs(self, batch: Batch, k: int) -> None:
@@ -208,11 +227,10 @@ class FusedOnnxEngine:
         assert batch.binding is not None
         rows = batch.rows
         batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
-        names = ["top_log_probs", "top_ids"]
         k_value = ortvalue(np.array([k], np.int64))
-        batch.binding.bind_ortvalue_input("k", k_value)
+        batch.binding.bind_ortvalue_input(TOP_K, k_value)
         batch.keep_alive.append(k_value)
-        for name, array in zip(names, batch.outputs, strict=True):
+        for name, array in zip((TOP_LOG_PROBS, TOP_IDS), batch.outputs, strict=True):
             value = ortvalue(array)
             batch.binding.bind_ortvalue_output(name, value)
             batch.keep_alive.append(value)

@@ -9,13 +9,16 @@ one decoding step is a few dozen kernels instead of a few hundred:
   fuses MatMul + Add into Gemm and Gemm + Relu into FusedGemm;
 - decoder self-attention is ``GroupQueryAttention`` on a preallocated key/value
   buffer (rows, heads, capacity, d_head): the engine binds the same buffer as
-  ``past_*`` and ``present_*``, so the new key/value is written in place (no concat);
+  ``cache_*`` and ``present_*``, so the new key/value is written in place (no concat);
 - cross-attention is ``MultiHeadAttention`` over the encoder's per-layer keys/values
   in BNSH layout (sentences, heads, src_len, d_head), computed once by the encoder.
   The rows of one sentence (its beams) are that sentence's query *sequence*, so the
   source side is never repeated per beam;
-- the encoder is one graph with ``MultiHeadAttention`` and outputs every decoder
-  layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
+- the encoder is one graph with the ``Attention`` op (QKV projection inside) and outputs
+  every decoder layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
+
+Their inputs and outputs are declared in ``aiayn.core.contract`` (``serving_encoder_spec``,
+``serving_decoder_spec``), which the engine (``fused.py``) binds by.
 
 Contrib-op masks are int32, 1 = attend; blocked scores get -10000 before the
 softmax instead of -inf (exp underflows to exactly 0 either way, as long as one key is
@@ -34,8 +37,26 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.config import ModelConfig
+from aiayn.core.contract import (
+    CROSS_KV,
+    GROUP_SHAPE,
+    IR_VERSION,
+    OPSET,
+    SEQLENS_K,
+    SRC_IDS,
+    SRC_MASK,
+    TGT_IDS,
+    TOP_IDS,
+    TOP_K,
+    TOP_LOG_PROBS,
+    TOTAL_LEN,
+    GraphSpec,
+    TensorSpec,
+    kv_names,
+    serving_decoder_spec,
+    serving_encoder_spec,
+)
 
-OPSET = 18
 MS_DOMAIN = "com.microsoft"
 POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
 Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
@@ -155,19 +176,21 @@ class GraphBuilder:
         hidden = self.linear(x, [f"{prefix}.w_1"], "ffn1", relu=True)
         return self.linear(hidden, [f"{prefix}.w_2"], "ffn2")
 
-    def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]) -> bytes:
-        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+    def model(self, spec: GraphSpec) -> bytes:
+        """The graph with the inputs and outputs that ``spec`` declares, serialized."""
+        inputs, outputs = ([value_info(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
+        graph = helper.make_graph(self.nodes, spec.file, inputs, outputs, self.initializers)
         model = helper.make_model(
             graph,
             opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
             producer_name="aiayn",
         )
-        model.ir_version = 8
+        model.ir_version = IR_VERSION
         return model.SerializeToString()
 
 
-def io(name: str, dtype: int, shape: list[str | int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, dtype, shape)
+def value_info(spec: TensorSpec) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(spec.name, helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype)), spec.shape)
 
 
 def block_size(vocab: int) -> int:
@@ -214,10 +237,10 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
     emb = g.const("embedding_scaled", g.weight("embedding.weight") * np.float32(math.sqrt(d)))
     table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
-    shape = g.op1("Shape", ["src_ids"], "shape")  # [batch, src_len]
+    shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
     src_len = g.op1("Slice", [shape, g.const("one", np.array([1])), g.const("two", np.array([2]))], "src_len")
     positions = g.op1("Slice", [table, g.const("zero", np.array([0])), src_len], "pos")  # (src_len, d)
-    tokens = g.op1("Reshape", [g.op1("Gather", [emb, "src_ids"], "tok"), g.const("rows_d", np.array([-1, d]))], "tok2d")
+    tokens = g.op1("Reshape", [g.op1("Gather", [emb, SRC_IDS], "tok"), g.const("rows_d", np.array([-1, d]))], "tok2d")
     positions = g.op1(
         "Tile",
         [
@@ -238,7 +261,7 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
         h3 = g.op1("Reshape", [h, bsd], "h3")
         out = g.op1(
             "Attention",
-            [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), "src_mask"],
+            [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), SRC_MASK],
             "attn",
             MS_DOMAIN,
             num_heads=heads,
@@ -255,32 +278,8 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     kv = g.linear(x, [f"decoder_layers.{i}.cross_attn.w_{t}" for i in range(n_dec) for t in "kv"], "cross_kv")
     kv_shape = g.op1("Concat", [shape, g.const("kv_tail", np.array([2 * n_dec, heads, d_head]))], "kv_shape", axis=0)
     kv = g.op1("Reshape", [kv, kv_shape], "kv5")  # (batch, src_len, 2 · layers, heads, d_head)
-    g.nodes.append(helper.make_node("Transpose", [kv], ["cross_kv"], name="cross_kv_bnsh", perm=[2, 0, 3, 1, 4]))
-    inputs = [
-        io("src_ids", TensorProto.INT64, ["batch", "src_len"]),
-        io("src_mask", TensorProto.INT32, ["batch", "src_len"]),
-    ]
-    outputs = [io("cross_kv", TensorProto.FLOAT, [2 * n_dec, "batch", heads, "src_len", d_head])]
-    return g.model("aiayn_encoder", inputs, outputs)
-
-
-def decoder_inputs(config: ModelConfig) -> list[onnx.ValueInfoProto]:
-    heads, d_head = config.n_heads, config.d_head
-    inputs = [
-        io("tgt_ids", TensorProto.INT64, ["rows"]),  # the newest token of each row
-        io("seqlens_k", TensorProto.INT32, ["rows"]),  # its position (= tokens cached before it) per row;
-        # GroupQueryAttention reads it as total length - 1
-        io("total_len", TensorProto.INT32, []),  # GroupQueryAttention: the longest row's position + 1
-        io("group_shape", TensorProto.INT64, [3]),  # [sentences, rows per sentence, d_model]: rows as query sequences
-        io("src_mask", TensorProto.INT32, ["sentences", "src_len"]),
-    ]
-    for i in range(config.n_decoder_layers):
-        for kind in ("key", "value"):
-            inputs.append(io(f"cross_{kind}.{i}", TensorProto.FLOAT, ["sentences", heads, "src_len", d_head]))
-    for i in range(config.n_decoder_layers):
-        for kind in ("key", "value"):
-            inputs.append(io(f"cache_{kind}.{i}", TensorProto.FLOAT, ["rows", heads, "capacity", d_head]))
-    return inputs
+    g.nodes.append(helper.make_node("Transpose", [kv], [CROSS_KV], name="cross_kv_bnsh", perm=[2, 0, 3, 1, 4]))
+    return g.model(serving_encoder_spec(config))
 
 
 def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top_k: bool = True) -> bytes:
@@ -292,39 +291,37 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and ``src_mask``.
     """
     g = GraphBuilder(weights)
-    d, heads, d_head = config.d_model, config.n_heads, config.d_head
+    d, heads = config.d_model, config.n_heads
     emb = g.weight("embedding.weight")  # (vocab, d)
     emb_scaled = g.const("embedding_scaled", emb * np.float32(math.sqrt(d)))
     table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
-    tokens = g.op1("Gather", [emb_scaled, "tgt_ids"], "tok")  # (rows, d)
-    positions = g.op1("Gather", [table, "seqlens_k"], "pos")  # (rows, d)
+    tokens = g.op1("Gather", [emb_scaled, TGT_IDS], "tok")  # (rows, d)
+    positions = g.op1("Gather", [table, SEQLENS_K], "pos")  # (rows, d)
     rows_d = g.const("rows_d", np.array([-1, d]))
     rows_1_3d = g.const("rows_1_3d", np.array([-1, 1, 3 * d]))
-    outputs_kv: list[onnx.ValueInfoProto] = []
+    cross, cache, present = (kv_names(config, prefix) for prefix in ("cross", "cache", "present"))
 
     def self_attention(h: str, prefix: str, i: int) -> str:
         qkv = g.linear(h, [f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v"], "qkv")  # (rows, 3d)
         qkv = g.op1("Reshape", [qkv, rows_1_3d], "qkv3")  # (rows, 1, 3d): packed Q, K, V
         out, *_ = g.op(
             "GroupQueryAttention",
-            [qkv, "", "", f"cache_key.{i}", f"cache_value.{i}", "seqlens_k", "total_len"],
+            [qkv, "", "", cache[2 * i], cache[2 * i + 1], SEQLENS_K, TOTAL_LEN],
             "gqa",
             1,
             MS_DOMAIN,
             num_heads=heads,
             kv_num_heads=heads,
         )
-        g.nodes[-1].output.extend([f"present_key.{i}", f"present_value.{i}"])
-        for kind in ("key", "value"):
-            outputs_kv.append(io(f"present_{kind}.{i}", TensorProto.FLOAT, ["rows", heads, "capacity", d_head]))
+        g.nodes[-1].output.extend(present[2 * i : 2 * i + 2])  # the cache buffers, bound again: in place
         return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.w_o"], "wo")
 
     def cross_attention(h: str, prefix: str, i: int) -> str:
         q = g.linear(h, [f"{prefix}.w_q"], "q")  # (rows, d)
-        q = g.op1("Reshape", [q, "group_shape"], "q3")  # (sentences, rows per sentence, d)
+        q = g.op1("Reshape", [q, GROUP_SHAPE], "q3")  # (sentences, rows per sentence, d)
         out = g.op1(
             "MultiHeadAttention",
-            [q, f"cross_key.{i}", f"cross_value.{i}", "", "src_mask"],
+            [q, cross[2 * i], cross[2 * i + 1], "", SRC_MASK],
             "xattn",
             MS_DOMAIN,
             num_heads=heads,
@@ -340,18 +337,12 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, "decoder_norm", config)  # (rows, d)
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), stored transposed (d, vocab).
     projection = g.const("embedding_t", np.ascontiguousarray(emb.T))
-    inputs = decoder_inputs(config)
     log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
     if block_top_k and (block := block_size(config.vocab_size)):
-        two_stage_top_k(g, log_probs, "k", block, config.vocab_size, ["top_log_probs", "top_ids"])
+        two_stage_top_k(g, log_probs, TOP_K, block, config.vocab_size, [TOP_LOG_PROBS, TOP_IDS])
     else:
-        g.nodes.append(helper.make_node("TopK", [log_probs, "k"], ["top_log_probs", "top_ids"], name="top_k", axis=-1))
-    inputs.append(io("k", TensorProto.INT64, [1]))
-    outputs = [
-        io("top_log_probs", TensorProto.FLOAT, ["rows", "k"]),
-        io("top_ids", TensorProto.INT64, ["rows", "k"]),
-    ]
-    return g.model("aiayn_decoder", inputs, outputs + outputs_kv)
+        g.nodes.append(helper.make_node("TopK", [log_probs, TOP_K], [TOP_LOG_PROBS, TOP_IDS], name="top_k", axis=-1))
+    return g.model(serving_decoder_spec(config))
 
 
 def build_serving_graphs(config: ModelConfig, weights: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
