@@ -38,7 +38,7 @@ from aiayn.core.contract import (
     variant_file,
 )
 from aiayn.core.folder import ONNX_SECTION, ModelFolder
-from aiayn.export.quantize import quantize_int8
+from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
 
@@ -288,7 +288,8 @@ def export_onnx(
             if "fp16" in wanted:
                 convert_to_fp16(plain, drafts / variant_file(spec.file, "fp16"))
             if "int8" in wanted:
-                quantize_int8(plain, drafts / variant_file(spec.file, "int8"))
+                int8 = quantize_int8(plain.read_bytes(), pre_process=True)
+                (drafts / variant_file(spec.file, "int8")).write_bytes(int8)
             for variant in wanted:
                 finish_graph(drafts / variant_file(spec.file, variant), spec, {**metadata, VARIANT_KEY: variant})
         for variant in wanted:

@@ -51,13 +51,15 @@ from aiayn.core.contract import (
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX
 from aiayn.engines.onnx.engine import OnnxEngine
-from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs, quantize_int8
+from aiayn.engines.onnx.quantize import quantize_int8
+from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
 # Compact when live sentences ≤ this share of the physical ones (docs/speed.md: never compacting cost 20–45 % at
 # batch 32; thresholds 0.25–0.9 were within noise).
 COMPACT_BELOW = 0.5
+INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
 BLOCK_TOP_K_ROWS = 8  # from this many rows the two-stage TopK decoder is faster; below it, plain TopK
 
 
@@ -157,7 +159,7 @@ class FusedOnnxEngine:
         int8: bool = False,
     ) -> FusedOnnxEngine:
         """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
-        ``int8`` quantizes their weights (``serving_graphs.quantize_int8``)."""
+        ``int8`` quantizes their weights (``quantize.py``)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         threads = threads or min(4, os.cpu_count() or 1)
         config = folder.config
@@ -167,7 +169,7 @@ class FusedOnnxEngine:
         encoder, decoder = build_serving_graphs(config, weights)
         small = build_decoder(config, weights, block_top_k=False)
         if int8:
-            encoder, decoder, small = quantize_int8(encoder), quantize_int8(decoder), quantize_int8(small)
+            encoder, decoder, small = (quantize_int8(graph, INT8_OPS) for graph in (encoder, decoder, small))
         return cls(folder, config, encoder, decoder, threads, small)
 
     # -- encoder -----------------------------------------------------------------------------------------

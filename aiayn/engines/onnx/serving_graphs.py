@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import (
@@ -350,24 +350,3 @@ def build_serving_graphs(config: ModelConfig, weights: dict[str, np.ndarray]) ->
     check_weights(config, weights)
     return build_encoder(config, weights), build_decoder(config, weights)
 
-
-def quantize_int8(model: bytes, op_types: tuple[str, ...] = ("MatMul", "Attention")) -> bytes:
-    """Dynamic int8 quantization (ONNX Runtime's ``quantize_dynamic``): int8 weights of ``op_types``, one
-    scale per output channel, activations quantized per call. Not exact: judged by agreement, not parity."""
-    import tempfile
-    from pathlib import Path
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    with tempfile.TemporaryDirectory() as tmp:
-        source, target = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
-        source.write_bytes(model)
-        quantize_dynamic(
-            str(source),
-            str(target),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            op_types_to_quantize=list(op_types),
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},  # contrib-op outputs have no inferred type
-        )
-        return target.read_bytes()
