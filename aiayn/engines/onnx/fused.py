@@ -166,7 +166,7 @@ class FusedOnnxEngine:
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
         weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
-        encoder, decoder = build_serving_graphs(config, weights)
+        encoder, decoder = build_serving_graphs(config, weights, str(folder.weights_file))
         small = build_decoder(config, weights, block_top_k=False)
         if int8:
             encoder, decoder, small = (quantize_int8(graph, INT8_OPS) for graph in (encoder, decoder, small))

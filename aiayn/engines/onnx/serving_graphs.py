@@ -56,6 +56,27 @@ from aiayn.core.contract import (
     serving_decoder_spec,
     serving_encoder_spec,
 )
+from aiayn.core.weight_spec import (
+    BIAS,
+    CROSS_ATTN,
+    DECODER_NORM,
+    EMBEDDING,
+    ENCODER_NORM,
+    FEED_FORWARD,
+    SELF_ATTN,
+    W_1,
+    W_2,
+    W_K,
+    W_O,
+    W_Q,
+    W_V,
+    WEIGHT,
+    check_weights,
+    decoder_layer,
+    encoder_layer,
+    norm,
+    sublayer,
+)
 
 MS_DOMAIN = "com.microsoft"
 POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
@@ -67,51 +88,6 @@ def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
     inv_freq = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
     angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq[None, :]  # (length, d_model / 2)
     return np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape(length, d_model).astype(np.float32)
-
-
-def expected_keys(config: ModelConfig) -> set[str]:
-    """The state-dict names of ``aiayn.model.transformer.Transformer`` for ``config``."""
-    keys = {"embedding.weight"}
-    linear = ("weight", "bias")
-    for stack, n_layers, blocks in (
-        ("encoder_layers", config.n_encoder_layers, ("self_attn",)),
-        ("decoder_layers", config.n_decoder_layers, ("self_attn", "cross_attn")),
-    ):
-        for i in range(n_layers):
-            prefix = f"{stack}.{i}"
-            for block in blocks:
-                keys |= {f"{prefix}.{block}.w_{p}.{t}" for p in "qkvo" for t in linear}
-                keys |= {f"{prefix}.{block}_residual.norm.{t}" for t in linear}
-            keys |= {f"{prefix}.feed_forward.w_{n}.{t}" for n in (1, 2) for t in linear}
-            keys |= {f"{prefix}.feed_forward_residual.norm.{t}" for t in linear}
-    if config.norm_first:
-        keys |= {f"{norm}.{t}" for norm in ("encoder_norm", "decoder_norm") for t in linear}
-    return keys
-
-
-def check_weights(config: ModelConfig, weights: dict[str, np.ndarray]) -> None:
-    """Refuse, naming every missing, unexpected or misshapen tensor (a strict mapping)."""
-    wanted = expected_keys(config)
-    missing, unexpected = sorted(wanted - set(weights)), sorted(set(weights) - wanted)
-    d, ff, vocab = config.d_model, config.d_ff, config.vocab_size
-    misshapen = []
-    for name in sorted(wanted & set(weights)):
-        if name == "embedding.weight":
-            shape: tuple[int, ...] = (vocab, d)
-        elif ".w_1." in name:
-            shape = (ff, d) if name.endswith("weight") else (ff,)
-        elif ".w_2." in name:
-            shape = (d, ff) if name.endswith("weight") else (d,)
-        elif name.endswith("weight") and ".w_" in name:
-            shape = (d, d)
-        else:
-            shape = (d,)
-        if tuple(weights[name].shape) != shape:
-            misshapen.append(f"{name} {tuple(weights[name].shape)} != {shape}")
-    if missing or unexpected or misshapen:
-        raise ValueError(
-            f"the weights do not match the config: missing {missing}, unexpected {unexpected}, wrong shape {misshapen}"
-        )
 
 
 class GraphBuilder:
@@ -147,8 +123,8 @@ class GraphBuilder:
 
     def linear(self, x: str, names: list[str], hint: str, relu: bool = False) -> str:
         """x (rows, in) @ Wᵀ + b for one or several torch Linears fused along the outputs → (rows, Σ out)."""
-        w = np.concatenate([self.weight(f"{n}.weight") for n in names], axis=0).T  # (in, out)
-        b = np.concatenate([self.weight(f"{n}.bias") for n in names])
+        w = np.concatenate([self.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (in, out)
+        b = np.concatenate([self.weight(f"{n}.{BIAS}") for n in names])
         w_name = self.const(self.fresh(hint + ".w"), w)
         b_name = self.const(self.fresh(hint + ".b"), b)
         y = self.op1("MatMul", [x, w_name], hint)
@@ -156,25 +132,25 @@ class GraphBuilder:
         return self.op1("Relu", [y], hint) if relu else y
 
     def layer_norm(self, x: str, prefix: str, eps: float) -> str:
-        scale = self.const(self.fresh(prefix + ".g"), self.weight(f"{prefix}.weight"))
-        bias = self.const(self.fresh(prefix + ".b"), self.weight(f"{prefix}.bias"))
+        scale = self.const(self.fresh(prefix + ".g"), self.weight(f"{prefix}.{WEIGHT}"))
+        bias = self.const(self.fresh(prefix + ".b"), self.weight(f"{prefix}.{BIAS}"))
         return self.op1("LayerNormalization", [x, scale, bias], "ln", axis=-1, epsilon=eps)
 
     def stack(self, x: str, sublayers: Sublayers, final_norm: str, config: ModelConfig) -> str:
         """Each sub-layer of ``x`` with its residual and norm (§3.1, §5.4 without dropout): x + f(LN(x)) pre-LN,
         with a final LN; LN(x + f(x)) post-LN."""
         eps = config.layer_norm_eps
-        for norm, sublayer in sublayers:
+        for norm_name, function in sublayers:
             if config.norm_first:
-                x = self.op1("Add", [x, sublayer(self.layer_norm(x, norm, eps))], "res")
+                x = self.op1("Add", [x, function(self.layer_norm(x, norm_name, eps))], "res")
             else:
-                x = self.layer_norm(self.op1("Add", [x, sublayer(x)], "res"), norm, eps)
+                x = self.layer_norm(self.op1("Add", [x, function(x)], "res"), norm_name, eps)
         return self.layer_norm(x, final_norm, eps) if config.norm_first else x
 
     def feed_forward(self, x: str, prefix: str) -> str:
         """Eq. 2: max(0, x W1 + b1) W2 + b2."""
-        hidden = self.linear(x, [f"{prefix}.w_1"], "ffn1", relu=True)
-        return self.linear(hidden, [f"{prefix}.w_2"], "ffn2")
+        hidden = self.linear(x, [f"{prefix}.{W_1}"], "ffn1", relu=True)
+        return self.linear(hidden, [f"{prefix}.{W_2}"], "ffn2")
 
     def model(self, spec: GraphSpec) -> bytes:
         """The graph with the inputs and outputs that ``spec`` declares, serialized."""
@@ -235,7 +211,7 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
     g = GraphBuilder(weights)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
-    emb = g.const("embedding_scaled", g.weight("embedding.weight") * np.float32(math.sqrt(d)))
+    emb = g.const("embedding_scaled", g.weight(EMBEDDING) * np.float32(math.sqrt(d)))
     table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
     shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
     src_len = g.op1("Slice", [shape, g.const("one", np.array([1])), g.const("two", np.array([2]))], "src_len")
@@ -255,9 +231,9 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
 
     def self_attention(h: str, prefix: str) -> str:
         """The Attention op: the QKV projection inside, over (batch, src_len, d) with the padding mask."""
-        names = [f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v"]
-        w = np.concatenate([g.weight(f"{n}.weight") for n in names], axis=0).T  # (d, 3d)
-        b = np.concatenate([g.weight(f"{n}.bias") for n in names])
+        names = [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"]
+        w = np.concatenate([g.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (d, 3d)
+        b = np.concatenate([g.weight(f"{n}.{BIAS}") for n in names])
         h3 = g.op1("Reshape", [h, bsd], "h3")
         out = g.op1(
             "Attention",
@@ -266,16 +242,17 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
             MS_DOMAIN,
             num_heads=heads,
         )
-        return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.w_o"], "wo")
+        return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     sublayers: Sublayers = []
     for i in range(config.n_encoder_layers):
-        p = f"encoder_layers.{i}"
-        sublayers.append((f"{p}.self_attn_residual.norm", partial(self_attention, prefix=f"{p}.self_attn")))
-        sublayers.append((f"{p}.feed_forward_residual.norm", partial(g.feed_forward, prefix=f"{p}.feed_forward")))
-    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, "encoder_norm", config)
+        attention, feed_forward = (sublayer(encoder_layer(i), name) for name in (SELF_ATTN, FEED_FORWARD))
+        sublayers.append((norm(attention), partial(self_attention, prefix=attention)))
+        sublayers.append((norm(feed_forward), partial(g.feed_forward, prefix=feed_forward)))
+    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, ENCODER_NORM, config)
     # All decoder layers' cross keys and values in one Gemm: (rows, 2 · layers · d).
-    kv = g.linear(x, [f"decoder_layers.{i}.cross_attn.w_{t}" for i in range(n_dec) for t in "kv"], "cross_kv")
+    cross = [f"{sublayer(decoder_layer(i), CROSS_ATTN)}.{w}" for i in range(n_dec) for w in (W_K, W_V)]
+    kv = g.linear(x, cross, "cross_kv")
     kv_shape = g.op1("Concat", [shape, g.const("kv_tail", np.array([2 * n_dec, heads, d_head]))], "kv_shape", axis=0)
     kv = g.op1("Reshape", [kv, kv_shape], "kv5")  # (batch, src_len, 2 · layers, heads, d_head)
     g.nodes.append(helper.make_node("Transpose", [kv], [CROSS_KV], name="cross_kv_bnsh", perm=[2, 0, 3, 1, 4]))
@@ -292,7 +269,7 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     """
     g = GraphBuilder(weights)
     d, heads = config.d_model, config.n_heads
-    emb = g.weight("embedding.weight")  # (vocab, d)
+    emb = g.weight(EMBEDDING)  # (vocab, d)
     emb_scaled = g.const("embedding_scaled", emb * np.float32(math.sqrt(d)))
     table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
     tokens = g.op1("Gather", [emb_scaled, TGT_IDS], "tok")  # (rows, d)
@@ -302,7 +279,7 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     cross, cache, present = (kv_names(config, prefix) for prefix in ("cross", "cache", "present"))
 
     def self_attention(h: str, prefix: str, i: int) -> str:
-        qkv = g.linear(h, [f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v"], "qkv")  # (rows, 3d)
+        qkv = g.linear(h, [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"], "qkv")  # (rows, 3d)
         qkv = g.op1("Reshape", [qkv, rows_1_3d], "qkv3")  # (rows, 1, 3d): packed Q, K, V
         out, *_ = g.op(
             "GroupQueryAttention",
@@ -314,10 +291,10 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
             kv_num_heads=heads,
         )
         g.nodes[-1].output.extend(present[2 * i : 2 * i + 2])  # the cache buffers, bound again: in place
-        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.w_o"], "wo")
+        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     def cross_attention(h: str, prefix: str, i: int) -> str:
-        q = g.linear(h, [f"{prefix}.w_q"], "q")  # (rows, d)
+        q = g.linear(h, [f"{prefix}.{W_Q}"], "q")  # (rows, d)
         q = g.op1("Reshape", [q, GROUP_SHAPE], "q3")  # (sentences, rows per sentence, d)
         out = g.op1(
             "MultiHeadAttention",
@@ -326,15 +303,15 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
             MS_DOMAIN,
             num_heads=heads,
         )
-        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.w_o"], "wo")
+        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     sublayers: Sublayers = []
     for i in range(config.n_decoder_layers):
-        p = f"decoder_layers.{i}"
-        sublayers.append((f"{p}.self_attn_residual.norm", partial(self_attention, prefix=f"{p}.self_attn", i=i)))
-        sublayers.append((f"{p}.cross_attn_residual.norm", partial(cross_attention, prefix=f"{p}.cross_attn", i=i)))
-        sublayers.append((f"{p}.feed_forward_residual.norm", partial(g.feed_forward, prefix=f"{p}.feed_forward")))
-    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, "decoder_norm", config)  # (rows, d)
+        own, other, feed_forward = (sublayer(decoder_layer(i), n) for n in (SELF_ATTN, CROSS_ATTN, FEED_FORWARD))
+        sublayers.append((norm(own), partial(self_attention, prefix=own, i=i)))
+        sublayers.append((norm(other), partial(cross_attention, prefix=other, i=i)))
+        sublayers.append((norm(feed_forward), partial(g.feed_forward, prefix=feed_forward)))
+    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, DECODER_NORM, config)  # (rows, d)
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), stored transposed (d, vocab).
     projection = g.const("embedding_t", np.ascontiguousarray(emb.T))
     log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
@@ -345,8 +322,11 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     return g.model(serving_decoder_spec(config))
 
 
-def build_serving_graphs(config: ModelConfig, weights: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
-    """(encoder, decoder) serialized ModelProtos for ``config`` and its weights (any float dtype; fp32 inside)."""
-    check_weights(config, weights)
+def build_serving_graphs(
+    config: ModelConfig, weights: dict[str, np.ndarray], source: str = "the weights"
+) -> tuple[bytes, bytes]:
+    """(encoder, decoder) serialized ModelProtos for ``config`` and its weights (any float dtype; fp32 inside),
+    which must follow the weights' spec (``source`` names them if they do not)."""
+    check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
     return build_encoder(config, weights), build_decoder(config, weights)
 
