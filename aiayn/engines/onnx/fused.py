@@ -32,22 +32,8 @@ import numpy as np
 import onnxruntime as ort
 from safetensors.numpy import load_file
 
+from aiayn.core import contract
 from aiayn.core.config import ModelConfig
-from aiayn.core.contract import (
-    CROSS_KV,
-    GROUP_SHAPE,
-    SEQLENS_K,
-    SRC_IDS,
-    SRC_MASK,
-    TGT_IDS,
-    TOP_IDS,
-    TOP_K,
-    TOP_LOG_PROBS,
-    TOTAL_LEN,
-    kv_names,
-    serving_decoder_spec,
-    serving_encoder_spec,
-)
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX
 from aiayn.engines.onnx.engine import OnnxEngine
@@ -142,14 +128,14 @@ class FusedOnnxEngine:
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.n_kv = 2 * config.n_decoder_layers
         self.cross_names, self.cache_names, self.present_names = (
-            kv_names(config, prefix) for prefix in ("cross", "cache", "present")
+            contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
         )
         self.encoder = open_session(encoder, [CPU], threads)
         self.decoder = open_session(decoder, [CPU], threads)
         self.small_decoder = open_session(small_decoder, [CPU], threads) if small_decoder else None
-        check_built_graph(self.encoder, serving_encoder_spec(config))
+        check_built_graph(self.encoder, contract.serving_encoder_spec(config))
         for session in (self.decoder, self.small_decoder) if self.small_decoder else (self.decoder,):
-            check_built_graph(session, serving_decoder_spec(config))
+            check_built_graph(session, contract.serving_decoder_spec(config))
 
     @classmethod
     def load(
@@ -181,9 +167,9 @@ class FusedOnnxEngine:
         cross = np.empty((self.n_kv, batch, self.config.n_heads, src_len, self.config.d_head), np.float32)
         binding = self.encoder.io_binding()
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
-        binding.bind_ortvalue_input(SRC_IDS, values[0])
-        binding.bind_ortvalue_input(SRC_MASK, values[1])
-        binding.bind_ortvalue_output(CROSS_KV, values[2])
+        binding.bind_ortvalue_input(contract.SRC_IDS, values[0])
+        binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
+        binding.bind_ortvalue_output(contract.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
         return state_of(Batch(cross, src_mask), np.arange(batch))
 
@@ -213,11 +199,11 @@ class FusedOnnxEngine:
             keep.append(value)
             return value
 
-        bind_input(TGT_IDS, batch.ids)
-        bind_input(SEQLENS_K, batch.seqlens)
-        bind_input(TOTAL_LEN, batch.total_len)
-        bind_input(GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
-        bind_input(SRC_MASK, batch.src_mask)
+        bind_input(contract.TGT_IDS, batch.ids)
+        bind_input(contract.SEQLENS_K, batch.seqlens)
+        bind_input(contract.TOTAL_LEN, batch.total_len)
+        bind_input(contract.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input(contract.SRC_MASK, batch.src_mask)
         for name, cross in zip(self.cross_names, batch.cross, strict=True):
             bind_input(name, cross)
         for name, present, cache in zip(self.cache_names, self.present_names, batch.cache, strict=True):
@@ -230,9 +216,9 @@ class FusedOnnxEngine:
         rows = batch.rows
         batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
         k_value = ortvalue(np.array([k], np.int64))
-        batch.binding.bind_ortvalue_input(TOP_K, k_value)
+        batch.binding.bind_ortvalue_input(contract.TOP_K, k_value)
         batch.keep_alive.append(k_value)
-        for name, array in zip((TOP_LOG_PROBS, TOP_IDS), batch.outputs, strict=True):
+        for name, array in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
             value = ortvalue(array)
             batch.binding.bind_ortvalue_output(name, value)
             batch.keep_alive.append(value)

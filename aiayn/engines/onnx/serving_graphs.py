@@ -329,4 +329,3 @@ def build_serving_graphs(
     which must follow the weights' spec (``source`` names them if they do not)."""
     check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
     return build_encoder(config, weights), build_decoder(config, weights)
-
