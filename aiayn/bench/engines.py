@@ -14,19 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
+from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
+from aiayn.engines.load import load_engine
 from aiayn.search.translator import SearchSettings, Translator
 
 THREADS = 2  # the cores the bench compares on: the two-core framing's budget, the training bench's threads
+NO_CACHE = "torch-no-cache"  # the tutorials' decoding: no KV cache, the whole prefix again at every step
 Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
 
-# "onnx": the serving graphs built from the weights (``engines/onnx/fused.py``), what `aiayn serve` runs on a CPU;
-# "onnx portable": the contract's graphs (decoder.onnx with the TopK head), the reference for other runtimes.
+# Our engines by their one name (``aiayn.engines.ENGINES``, what --engine takes and the logs show) and variant:
+# "onnx" the serving graphs built from the weights, what `aiayn serve` runs on a CPU; "onnx-portable" the
+# contract's graphs (decoder.onnx with the TopK head), the reference for other runtimes; "torch" with its KV cache.
 ENGINES = (
-    "tutorial (torch, no cache)",
-    "torch + KV cache",
-    "onnx portable fp32",
-    "onnx fp32",
-    "onnx int8",
+    NO_CACHE,
+    TORCH,
+    f"{ONNX_PORTABLE} fp32",
+    f"{ONNX} fp32",
+    f"{ONNX} int8",
     "ctranslate2 fp32",
     "ctranslate2 int8",
 )
@@ -57,29 +61,29 @@ class Framing:
 
 ONE_THREAD = Framing(
     "1 thread each",
-    (Setup("onnx fp32"), Setup("onnx int8"), Setup("ctranslate2 fp32"), Setup("ctranslate2 int8")),
-    (("onnx fp32 1×1", ("ctranslate2 fp32 1×1",)), ("onnx int8 1×1", ("ctranslate2 int8 1×1",))),
+    (Setup(f"{ONNX} fp32"), Setup(f"{ONNX} int8"), Setup("ctranslate2 fp32"), Setup("ctranslate2 int8")),
+    ((f"{ONNX} fp32 1×1", ("ctranslate2 fp32 1×1",)), (f"{ONNX} int8 1×1", ("ctranslate2 int8 1×1",))),
 )
 # Each engine at its best use of two cores: ours in lanes of one thread (a second intra-op thread gains little
 # on ops this small); CTranslate2 both ways, workers or threads, and the better of the two is the peer.
 TWO_CORES = Framing(
     "2 cores, each at its best",
     (
-        Setup("onnx fp32", lanes=THREADS),
-        Setup("onnx int8", lanes=THREADS),
+        Setup(f"{ONNX} fp32", lanes=THREADS),
+        Setup(f"{ONNX} int8", lanes=THREADS),
         Setup("ctranslate2 fp32", lanes=THREADS),
         Setup("ctranslate2 fp32", threads=THREADS),
         Setup("ctranslate2 int8", lanes=THREADS),
         Setup("ctranslate2 int8", threads=THREADS),
-        Setup("onnx portable fp32", lanes=THREADS),
-        Setup("torch + KV cache", threads=THREADS),
-        Setup("tutorial (torch, no cache)", threads=THREADS),
+        Setup(f"{ONNX_PORTABLE} fp32", lanes=THREADS),
+        Setup(TORCH, threads=THREADS),
+        Setup(NO_CACHE, threads=THREADS),
     ),
     (
-        ("onnx fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),
-        ("onnx int8 2×1", ("ctranslate2 int8 2×1", "ctranslate2 int8 1×2")),
-        ("onnx portable fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),
-        ("onnx fp32 2×1", ("tutorial (torch, no cache) 1×2",)),
+        (f"{ONNX} fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),
+        (f"{ONNX} int8 2×1", ("ctranslate2 int8 2×1", "ctranslate2 int8 1×2")),
+        (f"{ONNX_PORTABLE} fp32 2×1", ("ctranslate2 fp32 2×1", "ctranslate2 fp32 1×2")),
+        (f"{ONNX} fp32 2×1", (f"{NO_CACHE} 1×2",)),
     ),
 )
 FRAMINGS = (ONE_THREAD, TWO_CORES)
@@ -148,23 +152,14 @@ def make_engine(setup: Setup, folder: ModelFolder) -> Translate:
         raise ValueError(f"unknown bench engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name.startswith("ctranslate2"):
         return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8", setup)
-    if name.startswith("onnx portable"):
-        from aiayn.engines.onnx.engine import OnnxEngine
+    if name in (NO_CACHE, TORCH):
+        import torch
 
-        engine = OnnxEngine.load(folder, "cpu", name.split()[-1], threads=setup.threads)
-        return step_translate(engine, folder, setup.lanes)
-    if name.startswith("onnx"):
-        from aiayn.engines.onnx.fused import FusedOnnxEngine
+        torch.set_num_threads(setup.threads)
+    if name == NO_CACHE:
+        from aiayn.engines.no_cache import NoCacheEngine
+        from aiayn.model.weights import load_model
 
-        engine = FusedOnnxEngine.load(folder, setup.threads, int8=name.endswith("int8"))
-        return step_translate(engine, folder, setup.lanes)
-    import torch
-
-    from aiayn.engines.no_cache import NoCacheEngine
-    from aiayn.engines.pytorch import TorchEngine
-    from aiayn.model.weights import load_model
-
-    torch.set_num_threads(setup.threads)
-    model = load_model(folder)
-    engine = NoCacheEngine(model) if name.startswith("tutorial") else TorchEngine(model)
-    return step_translate(engine, folder, 1)
+        return step_translate(NoCacheEngine(load_model(folder)), folder, 1)
+    engine, _, variant = name.partition(" ")
+    return step_translate(load_engine(folder, engine, "cpu", variant or "fp32", setup.threads), folder, setup.lanes)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.bench.engines import FRAMINGS, THREADS, Framing, prepare
+from aiayn.bench.engines import FRAMINGS, NO_CACHE, THREADS, Framing, prepare
 from aiayn.bench.process import Worker
 from aiayn.bench.serving import BEAM as SERVING_BEAM
 from aiayn.bench.serving import ServingRound, measure_serving
@@ -170,7 +170,7 @@ def run_bench(
                 for beam, batch in CONFIGS:
                     for i in range(len(workers)):
                         worker = workers[(i + round_) % len(workers)]  # a different engine goes first each round
-                        n = plan.tutorial_sentences if worker.name.startswith("tutorial") else plan.sentences
+                        n = plan.tutorial_sentences if worker.name.startswith(NO_CACHE) else plan.sentences
                         run = worker.ask({"sentences": src[:n], "beam": beam, "batch": batch})
                         measured.setdefault((worker.name, beam, batch), []).append(run)
         finally:

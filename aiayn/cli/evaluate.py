@@ -28,12 +28,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     corpus = evaluation_set(folder, args.split, args.test_files, args.test_tsv, args.data)
     if args.limit:
         corpus = corpus.head(args.limit)
-    engine_name = args.engine or installed_engine()
-    engine = load_engine(folder, engine_name, args.device, args.variant)
-    print(
-        f"engine {engine_name} ({args.variant}), execution provider: {getattr(engine, 'provider', 'PyTorch')}",
-        file=sys.stderr,
-    )
+    engine = load_engine(folder, args.engine or installed_engine(), args.device, args.variant)
+    engine_name = engine.name
+    print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
     translator = folder.translator(engine)
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)

@@ -71,7 +71,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     check_output(args.output)
     service = TranslationService(args.engine, args.device, args.threads, split_clauses=not args.no_clauses)
     model = service.model(args.model)
-    print(f"model {model.folder.path}, engine {args.engine}, execution provider: {model.provider}", file=sys.stderr)
+    engine = f"engine {model.engine.name}, execution provider: {model.provider}"
+    print(f"model {model.folder.path}, {engine}", file=sys.stderr)
     # One line in, one line out. The lines go in chunks: a chunk's sentences are searched together, batched by
     # length, and its translations written (and flushed) before the next chunk starts.
     chunks = [model.prepare(lines[start : start + CHUNK_LINES]) for start in range(0, len(lines), CHUNK_LINES)]

@@ -3,7 +3,10 @@
 The exporter, the parity check, the README table, the ``onnx`` section of
 config.json and the ONNX Runtime engine all read this table (the way HF Optimum's
 OnnxConfig declares ``{name: {axis: name}}``); code names a tensor or a metadata
-key only through the constants and name groups here. Torch-free.
+key only through the constants and name groups here. The CPU serving graphs,
+built from the weights when an engine loads and never stored, are declared here
+too (``serving_encoder_spec``, ``serving_decoder_spec``): their builder and the
+engine that binds them read the same declarations. Torch-free.
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ from aiayn.core.config import ModelConfig
 
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
-OPSET = 18
+OPSET = 18  # of every graph: exported, served, or built at load time
+IR_VERSION = 8  # of the graphs built at load time (the exporter sets its own)
 CONTRACT_VERSION = 1  # raised when a name, dtype, axis or meaning below, or the decoding steps, change (docs/onnx.md)
 
 # Tensor names that are not per layer.
 SRC_IDS, MEMORY = "src_ids", "memory"
 TGT_IDS, POSITION_OFFSET, SRC_MASK = "tgt_ids", "position_offset", "src_mask"
 LOG_PROBS, CROSS_ATTENTION = "log_probs", "cross_attention"
+TOP_K, TOP_LOG_PROBS, TOP_IDS = "top_k", "top_log_probs", "top_ids"
+# Only in the CPU serving graphs: the encoder's one output, and the decoder step's per-row position inputs.
+CROSS_KV, SEQLENS_K, TOTAL_LEN, GROUP_SHAPE = "cross_kv", "seqlens_k", "total_len", "group_shape"
 
 # Metadata stamped into every graph: the config and weights it came from, and its variant.
 CONFIG_FINGERPRINT_KEY = "aiayn.config_fingerprint"
@@ -48,7 +55,7 @@ def variant_file(base: str, variant: str) -> str:
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
-    dtype: str  # numpy dtype name: int64, float32, bool
+    dtype: str  # numpy dtype name: int64, int32, float32, bool
     shape: tuple[str | int, ...]  # a str is a dynamic axis, an int is fixed by the config
     meaning: str
 
@@ -80,20 +87,22 @@ def kv_slots(config: ModelConfig) -> list[tuple[int, str]]:
 
 def kv_names(config: ModelConfig, prefix: str) -> list[str]:
     """``cross_key.0, cross_value.0, cross_key.1, ...``: ``prefix`` is ``cross`` (from the encoder),
-    ``past`` (decoder inputs) or ``present`` (decoder outputs)."""
+    ``past`` (decoder inputs) or ``present`` (decoder outputs); the serving decoder's cache inputs are ``cache``."""
     return [f"{prefix}_{kind}.{layer}" for layer, kind in kv_slots(config)]
 
 
-def cross_kv_specs(config: ModelConfig) -> tuple[TensorSpec, ...]:
-    shape = ("batch", config.n_heads, "src_len", config.d_head)
+def cross_kv_specs(config: ModelConfig, batch_axis: str = "batch") -> tuple[TensorSpec, ...]:
+    shape = (batch_axis, config.n_heads, "src_len", config.d_head)
     return tuple(
         TensorSpec(name, "float32", shape, f"decoder layer {layer}'s cross-attention {kind}s")
         for name, (layer, kind) in zip(kv_names(config, "cross"), kv_slots(config), strict=True)
     )
 
 
-def self_kv_specs(config: ModelConfig, prefix: str, length_axis: str, meaning: str) -> tuple[TensorSpec, ...]:
-    shape = ("batch", config.n_heads, length_axis, config.d_head)
+def self_kv_specs(
+    config: ModelConfig, prefix: str, length_axis: str, meaning: str, batch_axis: str = "batch"
+) -> tuple[TensorSpec, ...]:
+    shape = (batch_axis, config.n_heads, length_axis, config.d_head)
     return tuple(
         TensorSpec(name, "float32", shape, f"decoder layer {layer}'s self-attention {kind}s, {meaning}")
         for name, (layer, kind) in zip(kv_names(config, prefix), kv_slots(config), strict=True)
@@ -147,17 +156,72 @@ def decoder_spec(config: ModelConfig) -> GraphSpec:
 
 # The ONNX Runtime engine's selection head (``aiayn/engines/onnx/top_k.py``): added in memory to the decoder it runs,
 # never stored in decoder.onnx. The search asks for each row's k best next tokens and gets only those.
-TOP_K_INPUT = TensorSpec("top_k", "int64", (1,), "how many of the best next tokens to return (k ≤ vocabulary)")
-TOP_K_OUTPUTS = (
-    TensorSpec("top_log_probs", "float32", ("batch", "new_len", "k"), "the k largest `log_probs`, best first"),
-    TensorSpec("top_ids", "int64", ("batch", "new_len", "k"), "their token ids; equal values: the lower id first"),
-)
+TOP_K_INPUT = TensorSpec(TOP_K, "int64", (1,), "how many of the best next tokens to return (k ≤ vocabulary)")
+
+
+def top_k_outputs(*axes: str) -> tuple[TensorSpec, TensorSpec]:
+    """The selection head's outputs, (``axes``, k): the k largest log-probabilities and their ids."""
+    return (
+        TensorSpec(TOP_LOG_PROBS, "float32", (*axes, "k"), "the k largest `log_probs`, best first"),
+        TensorSpec(TOP_IDS, "int64", (*axes, "k"), "their token ids; equal values: the lower id first"),
+    )
+
+
+TOP_K_OUTPUTS = top_k_outputs("batch", "new_len")
+
+
+def decoder_with_top_k_spec(config: ModelConfig) -> GraphSpec:
+    """decoder.onnx as the portable ONNX Runtime engine runs it: with the selection head (``top_k.py``)."""
+    spec = decoder_spec(config)
+    return GraphSpec(spec.file, (*spec.inputs, TOP_K_INPUT), (*spec.outputs, *TOP_K_OUTPUTS))
+
+
+# The CPU serving graphs (``aiayn/engines/onnx/serving_graphs.py``): built from model.safetensors in memory when the
+# engine loads, never written, so ``file`` only names them in messages. Every token is one row; contrib-op masks
+# and lengths are int32. The decoder's rows come in sentence blocks (a sentence's beams): ``sentences`` blocks of
+# ``rows / sentences`` rows, each attending over its sentence's cross keys/values.
+SERVING_ENCODER, SERVING_DECODER = "serving encoder", "serving decoder"
+
+
+def serving_encoder_spec(config: ModelConfig) -> GraphSpec:
+    pad, n_kv = config.special_tokens.pad, 2 * config.n_decoder_layers
+    return GraphSpec(
+        SERVING_ENCODER,
+        inputs=(
+            TensorSpec(SRC_IDS, "int64", ("batch", "src_len"), f"source token ids ending in `</s>`, padded with {pad}"),
+            TensorSpec(SRC_MASK, "int32", ("batch", "src_len"), "1 where `src_ids` is a real token, 0 on padding"),
+        ),
+        outputs=(
+            TensorSpec(
+                CROSS_KV,
+                "float32",
+                (n_kv, "batch", config.n_heads, "src_len", config.d_head),
+                "every decoder layer's cross-attention keys and values, in the order of `kv_slots`",
+            ),
+        ),
+    )
 
 
 def serving_decoder_spec(config: ModelConfig) -> GraphSpec:
-    """The decoder as the ONNX Runtime engine runs it: the contract's graph with the selection head."""
-    spec = decoder_spec(config)
-    return GraphSpec(spec.file, (*spec.inputs, TOP_K_INPUT), (*spec.outputs, *TOP_K_OUTPUTS))
+    """One new token per row; the cache is bound as both ``cache_*`` and ``present_*`` (appended in place)."""
+    meaning = "a buffer of `capacity` positions, bound again as the present one (appended in place)"
+    return GraphSpec(
+        SERVING_DECODER,
+        inputs=(
+            TensorSpec(TGT_IDS, "int64", ("rows",), "the newest token of each row"),
+            TensorSpec(SEQLENS_K, "int32", ("rows",), "its position: the tokens cached before it, per row"),
+            TensorSpec(TOTAL_LEN, "int32", (), "the longest row's position + 1"),
+            TensorSpec(GROUP_SHAPE, "int64", (3,), "[sentences, rows per sentence, d_model]"),
+            TensorSpec(SRC_MASK, "int32", ("sentences", "src_len"), "1 where the source is a real token"),
+            *cross_kv_specs(config, "sentences"),
+            *self_kv_specs(config, "cache", "capacity", meaning, "rows"),
+            TOP_K_INPUT,
+        ),
+        outputs=(
+            *top_k_outputs("rows"),
+            *self_kv_specs(config, "present", "capacity", "the cache with the new token", "rows"),
+        ),
+    )
 
 
 def stamp(config: ModelConfig, weights_sha256: str) -> dict[str, str]:

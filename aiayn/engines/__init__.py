@@ -1,3 +1,29 @@
 """Step engines: everything that implements the search's step interface (``aiayn.search.StepModel``)."""
 
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from aiayn.search.step import State, StepModel
+
 DEVICES = ("auto", "cpu", "cuda")  # where an engine runs; auto: a GPU where one really works
+
+# One name per engine, in the CLI's --engine, the bench's rows and the logs. onnx: the serving graphs built from
+# the weights (``onnx/fused.py``, CPU); onnx-portable: the contract's graphs (``onnx/engine.py``, the reference,
+# and what a GPU runs); torch: PyTorch itself. ``load.load_engine`` picks the fastest for "onnx" on each device.
+ONNX, ONNX_PORTABLE, TORCH = "onnx", "onnx-portable", "torch"
+ENGINES = (ONNX, ONNX_PORTABLE, TORCH)
+
+
+class Engine(StepModel[State], Protocol[State]):
+    """A step engine as ``load.load_engine`` hands it to the service, the CLI and the bench."""
+
+    name: str  # which engine it is: one of ``ENGINES``
+    provider: str  # where it runs: ONNX Runtime's execution provider, or PyTorch and its device
+
+    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+        """Last decoder layer's cross-attention over a whole output ``out_ids`` (batch, out_len), from <s>:
+        (batch, heads, out_len, src_len), the attention view."""
+        ...

@@ -7,11 +7,8 @@ from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
+from aiayn.engines import ENGINES, ONNX, TORCH, Engine
 
-# onnx: the fastest ONNX Runtime engine for the device (on a CPU the serving graphs built from the weights,
-# ``fused.py``; on a GPU the contract's graphs); onnx-portable: the contract's graphs everywhere (the reference);
-# torch: PyTorch itself.
-ENGINES = ("onnx", "onnx-portable", "torch")
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
 
 
@@ -19,19 +16,21 @@ def installed_engine() -> str:
     """The engine a command takes when none is named: PyTorch where it is installed (the full install),
     else ONNX Runtime (the serve-only install). Looked up, not imported: importing torch takes seconds."""
     try:
-        return "torch" if importlib.util.find_spec("torch") is not None else "onnx"
+        return TORCH if importlib.util.find_spec("torch") is not None else ONNX
     except (ImportError, ValueError):  # an import hook that refuses torch, or a broken installation
-        return "onnx"
+        return ONNX
 
 
 def load_engine(
     folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", threads: int | None = None
-) -> Any:
-    """The step engine of a model folder: ONNX Runtime (fp32, int8 or fp16) or PyTorch.
+) -> Engine[Any]:
+    """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (fp32, int8 or fp16)
+    or PyTorch. "onnx" is the fastest ONNX Runtime engine for the device: the contract's graphs on a GPU, the
+    serving graphs built from the weights on a CPU.
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
-    if engine == "torch":
+    if engine == TORCH:
         try:
             from aiayn.engines.pytorch import TorchEngine
             from aiayn.model.weights import load_model
@@ -44,14 +43,15 @@ def load_engine(
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     from aiayn.engines.onnx.engine import OnnxEngine
     from aiayn.engines.onnx.fused import FusedOnnxEngine
-    from aiayn.engines.onnx.sessions import CPU
+    from aiayn.engines.onnx.sessions import CPU, gpu_unavailable
 
-    # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once; only
-    # a GPU needs the exported graphs, which such a folder does not have yet.
-    exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
-    if engine == "onnx" and variant in FUSED_VARIANTS and (device == "cpu" or (device == "auto" and not exported)):
-        return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
+    if engine == ONNX and variant in FUSED_VARIANTS:
+        # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once;
+        # only a GPU needs the exported graphs, which such a folder does not have yet.
+        exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
+        if device == "cpu" or (device == "auto" and (not exported or gpu_unavailable(threads or 1))):
+            return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
     portable = OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
-    if engine == "onnx" and portable.provider == CPU and variant in FUSED_VARIANTS:  # auto found no GPU
-        return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
+    if engine == ONNX and portable.provider == CPU and variant in FUSED_VARIANTS:
+        return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")  # a GPU that fails on these graphs
     return portable

@@ -1,4 +1,4 @@
-"""The PyTorch engine: the model seen through the search's step interface (``aiayn.search.StepModel``)."""
+"""The PyTorch engine: the model seen through the search's step interface (an ``aiayn.engines.Engine``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from aiayn.engines import TORCH
 from aiayn.engines.state import DecoderState
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
@@ -25,9 +26,12 @@ def take_rows(values: Sequence[Tensor], rows: np.ndarray) -> list[Tensor]:
 class TorchEngine(FullDistributionStep[TorchState]):
     """Encodes once, then decodes one step at a time with the KV cache; NumPy in and out."""
 
+    name = TORCH
+
     def __init__(self, model: Transformer, device: str | torch.device = "cpu") -> None:
         self.model = model.to(device).eval()
         self.device = torch.device(device)
+        self.provider = f"PyTorch ({self.device.type.upper()})"
         tokens = model.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
 
@@ -37,21 +41,19 @@ class TorchEngine(FullDistributionStep[TorchState]):
     def cache(self, state: TorchState) -> KVCache:
         """The model's cache object for ``state`` (empty self-attention keys/values before the first step)."""
         past = state.past or (state.cross[0][:, :, :0],) * len(state.cross)  # (rows, heads, 0, d_head) at first
-        return KVCache(past[0::2], past[1::2], state.cross[0::2], state.cross[1::2])
+        return KVCache(past, state.cross)
 
     @torch.inference_mode()
     def start(self, src_ids: np.ndarray) -> TorchState:
         src = self.tensor(src_ids)
         cache = self.model.start_cache(self.model.encode(src))  # memory: (batch, src_len, d_model)
-        cross = [t for pair in zip(cache.cross_keys, cache.cross_values, strict=True) for t in pair]
-        return DecoderState.start(self.model.source_mask(src), cross, src.size(0))
+        return DecoderState.start(self.model.source_mask(src), cache.cross_kv, src.size(0))
 
     @torch.inference_mode()
     def step(self, state: TorchState, tgt_ids: np.ndarray) -> tuple[np.ndarray, TorchState]:
         out = self.model.decode(self.tensor(tgt_ids), self.cache(state), state.src_mask)
         log_probs = F.log_softmax(out.logits[:, -1].float(), dim=-1)  # (rows, vocab)
-        present = [t for pair in zip(out.cache.self_keys, out.cache.self_values, strict=True) for t in pair]
-        return log_probs.cpu().numpy(), state.advance(present, tgt_ids.shape[1])
+        return log_probs.cpu().numpy(), state.advance(out.cache.self_kv, tgt_ids.shape[1])
 
     @torch.inference_mode()
     def select(self, state: TorchState, rows: np.ndarray) -> TorchState:

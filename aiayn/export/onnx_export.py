@@ -38,7 +38,7 @@ from aiayn.core.contract import (
     variant_file,
 )
 from aiayn.core.folder import ONNX_SECTION, ModelFolder
-from aiayn.export.quantize import quantize_int8
+from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
 
@@ -67,11 +67,6 @@ def require_folder_weights(model: Transformer, folder: ModelFolder) -> None:
         )
 
 
-def interleave(keys: tuple[Tensor, ...], values: tuple[Tensor, ...]) -> list[Tensor]:
-    """(k0, k1), (v0, v1) → [k0, v0, k1, v1]: the contract's order of per-layer tensors."""
-    return [t for pair in zip(keys, values, strict=True) for t in pair]
-
-
 class EncoderGraph(nn.Module):
     """src_ids → memory and each decoder layer's cross-attention keys/values."""
 
@@ -82,7 +77,7 @@ class EncoderGraph(nn.Module):
     def forward(self, src_ids: Tensor) -> tuple[Tensor, ...]:
         memory = self.model.encode(src_ids)  # (batch, src_len, d_model)
         cache = self.model.start_cache(memory)
-        return (memory, *interleave(cache.cross_keys, cache.cross_values))
+        return (memory, *cache.cross_kv)  # the cache's order is the contract's
 
 
 class DecoderGraph(nn.Module):
@@ -96,10 +91,10 @@ class DecoderGraph(nn.Module):
     def forward(self, tgt_ids: Tensor, position_offset: Tensor, src_mask: Tensor, *kv: Tensor) -> tuple[Tensor, ...]:
         n = self.n_layers
         cross, past = kv[: 2 * n], kv[2 * n :]
-        cache = KVCache(past[0::2], past[1::2], cross[0::2], cross[1::2])
+        cache = KVCache(past, cross)
         out = self.model.decode(tgt_ids, cache, src_mask[:, None, None, :], offset=position_offset)
         log_probs = F.log_softmax(out.logits, dim=-1)  # (batch, new_len, vocab)
-        return (log_probs, *interleave(out.cache.self_keys, out.cache.self_values), out.cross_attention)
+        return (log_probs, *out.cache.self_kv, out.cross_attention)
 
 
 def example_inputs(config: ModelConfig) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
@@ -288,7 +283,8 @@ def export_onnx(
             if "fp16" in wanted:
                 convert_to_fp16(plain, drafts / variant_file(spec.file, "fp16"))
             if "int8" in wanted:
-                quantize_int8(plain, drafts / variant_file(spec.file, "int8"))
+                int8 = quantize_int8(plain.read_bytes(), pre_process=True)
+                (drafts / variant_file(spec.file, "int8")).write_bytes(int8)
             for variant in wanted:
                 finish_graph(drafts / variant_file(spec.file, variant), spec, {**metadata, VARIANT_KEY: variant})
         for variant in wanted:

@@ -2,9 +2,13 @@
 
 Self-attention keys/values grow by the new target positions at each step;
 cross-attention keys/values are projected from the encoder memory once per
-sentence, since the memory does not change while decoding. Engines keep these
-tensors in the one decoder state (``aiayn.engines.state``), whose ``select``
-reorders the rows for the search.
+sentence, since the memory does not change while decoding.
+
+One layout from here to every engine: per decoder layer its key, then its value
+(layer i's at 2i and 2i + 1), the ONNX contract's order (``aiayn.core.contract.kv_slots``).
+The PyTorch engine's decoder state (``aiayn.engines.state``) holds these very tuples,
+the exported graphs take and give them in this order, and the CPU serving engine
+stacks them in it: no engine reorders them between steps.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class KVCache:
-    self_keys: tuple[Tensor, ...]  # per decoder layer (batch, heads, past_len, d_head)
-    self_values: tuple[Tensor, ...]
-    cross_keys: tuple[Tensor, ...]  # per decoder layer (batch, heads, src_len, d_head)
-    cross_values: tuple[Tensor, ...]
+    self_kv: tuple[Tensor, ...]  # per decoder layer key, value: (batch, heads, past_len, d_head)
+    cross_kv: tuple[Tensor, ...]  # per decoder layer key, value: (batch, heads, src_len, d_head)
 
     @property
     def past_len(self) -> int:
-        return self.self_keys[0].size(2)
+        return self.self_kv[0].size(2)
+
+    def layer(self, i: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Decoder layer ``i``'s self-attention key and value, then its cross-attention key and value."""
+        return (*self.self_kv[2 * i : 2 * i + 2], *self.cross_kv[2 * i : 2 * i + 2])

@@ -57,16 +57,9 @@ class Transformer(nn.Module):
 
     def start_cache(self, memory: Tensor) -> KVCache:
         """An empty self-attention cache and each layer's cross-attention keys/values of ``memory``."""
-        batch = memory.size(0)
-        empty = memory.new_zeros(batch, self.config.n_heads, 0, self.config.d_head)
-        cross = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
-        n_layers = len(self.decoder_layers)
-        return KVCache(
-            self_keys=(empty,) * n_layers,
-            self_values=(empty,) * n_layers,
-            cross_keys=tuple(k for k, _ in cross),
-            cross_values=tuple(v for _, v in cross),
-        )
+        empty = memory.new_zeros(memory.size(0), self.config.n_heads, 0, self.config.d_head)
+        cross = tuple(t for layer in self.decoder_layers for t in layer.cross_attn.project_kv(memory))
+        return KVCache(self_kv=(empty,) * len(cross), cross_kv=cross)
 
     def decode(
         self, tgt_ids: Tensor, cache: KVCache, src_allowed: Tensor, offset: int | Tensor | None = None
@@ -87,23 +80,14 @@ class Transformer(nn.Module):
         new_len = tgt_ids.size(1)
         x = self.embed(tgt_ids, past_len if offset is None else offset)
         causal_allowed = causal_mask(new_len, past_len + new_len, tgt_ids.device)
-        keys, values = [], []
+        self_kv: list[Tensor] = []
         cross_weights = tgt_ids.new_zeros(0)
         for i, layer in enumerate(self.decoder_layers):
-            x, key, value, cross_weights = layer(
-                x,
-                cache.self_keys[i],
-                cache.self_values[i],
-                cache.cross_keys[i],
-                cache.cross_values[i],
-                causal_allowed,
-                src_allowed,
-            )
-            keys.append(key)
-            values.append(value)
+            x, key, value, cross_weights = layer(x, *cache.layer(i), causal_allowed, src_allowed)
+            self_kv += [key, value]
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return x, KVCache(tuple(keys), tuple(values), cache.cross_keys, cache.cross_values), cross_weights
+        return x, KVCache(tuple(self_kv), cache.cross_kv), cross_weights
 
     def teacher_forced_states(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
         """Teacher forcing up to the tied projection: (batch, src_len), (batch, tgt_len) → (batch, tgt_len, d_model).

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from aiayn.core.folder import ModelFolder
+from aiayn.core.weight_spec import check_weights
 from aiayn.model.transformer import Transformer
 
 # Weights are stored in half precision: the bundled folders stay small enough to commit without
@@ -27,20 +28,9 @@ def save_weights(model: Transformer, folder: ModelFolder) -> None:
 
 
 def load_state_strict(model: Transformer, state: dict[str, torch.Tensor], source: str) -> None:
-    """Copy ``state`` into ``model``; refuse, naming every missing, unexpected or misshapen key."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    misshapen = sorted(
-        f"{k} {tuple(state[k].shape)} != {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in state and state[k].shape != v.shape
-    )
-    if missing or unexpected or misshapen:
-        raise ValueError(
-            f"{source} does not match its config.json: missing {missing}, unexpected {unexpected}, "
-            f"wrong shape {misshapen}; the weights and config.json must come from the same training run"
-        )
+    """Copy ``state`` into ``model``; refuse, naming every missing, unexpected or misshapen tensor (the spec's
+    check, ``aiayn.core.weight_spec``, shared with the serving graph builder)."""
+    check_weights(model.config, {name: tuple(tensor.shape) for name, tensor in state.items()}, source)
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from aiayn.search.beam import beam_search
-from aiayn.search.greedy import greedy_search
+from aiayn.search.greedy import EXTRA_LEN, greedy_search
 from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
@@ -32,7 +32,7 @@ class SearchSettings:
 
     beam_size: int = 4
     length_penalty: float = 0.6
-    max_extra_len: int = 50
+    max_extra_len: int = EXTRA_LEN
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:

@@ -27,6 +27,7 @@ from aiayn.core.text import (
     reassemble,
     split_long,
 )
+from aiayn.engines import Engine
 from aiayn.engines.load import load_engine
 from aiayn.search.output import Output, mean_log_prob
 from aiayn.serve.batching import SearchBatcher
@@ -91,7 +92,7 @@ class LoadedModel:
     """One model folder ready to translate: engine, tokenizer and the translator over them. ``split_clauses=False``
     translates every sentence whole, as another runtime given the same sentences would (``core/clauses.py``)."""
 
-    def __init__(self, folder: ModelFolder, engine: Any, split_clauses: bool = True) -> None:
+    def __init__(self, folder: ModelFolder, engine: Engine[Any], split_clauses: bool = True) -> None:
         self.folder = folder
         self.config = folder.config
         self.tokenizer = folder.tokenizer
@@ -105,7 +106,7 @@ class LoadedModel:
 
     @property
     def provider(self) -> str:
-        return getattr(self.engine, "provider", "PyTorch (CPU)")
+        return self.engine.provider
 
     def count_tokens(self, sentence: str) -> int:
         return len(self.tokenizer.encode_source(sentence))

@@ -1,12 +1,15 @@
-"""Choosing an engine: the one that is installed when a command names none."""
+"""Choosing an engine: the one that is installed when a command names none, and what each engine says it is."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from aiayn.engines import load
+from aiayn.core.folder import ModelFolder
+from aiayn.engines import ENGINES, ONNX, load
 
 
 def test_the_installed_engine_is_torch_where_pytorch_is_else_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,3 +22,31 @@ def test_the_installed_engine_is_torch_where_pytorch_is_else_onnx(monkeypatch: p
     assert load.installed_engine() == "onnx"
     monkeypatch.setattr(importlib.util, "find_spec", refused)
     assert load.installed_engine() == "onnx"
+
+
+def test_auto_without_a_gpu_opens_the_serving_engine_only(
+    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exported folder on a machine whose ONNX Runtime cannot use a GPU: no contract-graph session is opened
+    only to be thrown away for the serving engine."""
+    from aiayn.engines.onnx import sessions
+    from aiayn.engines.onnx.engine import OnnxEngine
+
+    if not sessions.gpu_unavailable(1):
+        pytest.skip("ONNX Runtime runs on a GPU here")
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the contract's graphs were opened")
+
+    monkeypatch.setattr(OnnxEngine, "load", refused)
+    engine = load.load_engine(ModelFolder.open(bundled["en-de"]), ONNX, "auto", threads=1)
+    assert (engine.name, engine.provider) == (ONNX, sessions.CPU)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_every_engine_says_its_name_and_provider(bundled: dict[str, Path], name: str) -> None:
+    engine = load.load_engine(ModelFolder.open(bundled["de-en"]), name, "cpu", threads=1)
+    assert engine.name == name
+    assert engine.provider in ("CPUExecutionProvider", "PyTorch (CPU)")
+    weights = engine.cross_attention(np.array([[5, 6, 3]]), np.array([[2, 7]]))
+    assert weights.shape[0] == 1 and weights.shape[2:] == (2, 3)  # (batch, heads, out_len, src_len)

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from aiayn.cli.serve import DEVICES
+from aiayn.core.contract import IR_VERSION, OPSET
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.engines.onnx.engine import DEVICES as ENGINE_DEVICES
 from aiayn.engines.onnx.engine import OnnxEngine
@@ -143,7 +144,7 @@ def test_top_k_head_breaks_ties_by_the_lower_id_like_the_numpy_search() -> None:
     values = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "new_len", "vocab"])
     log_probs = helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, ["batch", "new_len", "vocab"])
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["log_probs"])], "ties", [values], [log_probs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     session = ort.InferenceSession(with_top_k_head(model.SerializeToString()), providers=["CPUExecutionProvider"])
     x = np.round(np.random.default_rng(0).normal(size=(6, 1, 50))).astype(np.float32)  # a few distinct values
     for k in (1, 5, 17):

@@ -180,8 +180,8 @@ def test_cache_select_reorders_rows() -> None:
     picked = engine.select(state, np.array([1, 1, 0]))
     cache, picked = engine.cache(state), engine.cache(picked)
     assert picked.past_len == 3
-    assert torch.equal(picked.self_keys[0][0], cache.self_keys[0][1])
-    assert torch.equal(picked.cross_values[1][2], cache.cross_values[1][0])
+    assert torch.equal(picked.self_kv[0][0], cache.self_kv[0][1])  # layer 0's key
+    assert torch.equal(picked.cross_kv[3][2], cache.cross_kv[3][0])  # layer 1's value
 
 
 def test_dropout_options_reach_their_modules() -> None:

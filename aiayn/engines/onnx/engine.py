@@ -29,12 +29,12 @@ from aiayn.core.contract import (
     TGT_IDS,
     TOP_K_INPUT,
     TOP_K_OUTPUTS,
+    decoder_with_top_k_spec,
     encoder_spec,
     kv_names,
-    serving_decoder_spec,
 )
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import DEVICES
+from aiayn.engines import DEVICES, ONNX_PORTABLE
 from aiayn.engines.onnx.io import BoundIO, HostIO
 from aiayn.engines.onnx.sessions import CPU, CUDA, REEXPORT, check_graph, check_stamp, open_on_device
 from aiayn.engines.onnx.top_k import with_top_k_head
@@ -44,7 +44,9 @@ VARIANT_FLAGS = {"fp32": "", "int8": " --quantize int8", "fp16": " --fp16"}  # w
 
 
 class OnnxEngine:
-    """Encoder and decoder sessions of a model folder; implements ``aiayn.search.StepModel``."""
+    """Encoder and decoder sessions of a model folder; an ``aiayn.engines.Engine``."""
+
+    name = ONNX_PORTABLE
 
     def __init__(self, config: ModelConfig, io: HostIO | BoundIO, provider: str) -> None:
         self.config, self.io, self.provider = config, io, provider
@@ -86,7 +88,7 @@ class OnnxEngine:
         decoder = open_on_device(files[1], with_top_k_head(files[1].read_bytes()), decoder_device, threads)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),
-            (decoder, serving_decoder_spec(config), files[1]),
+            (decoder, decoder_with_top_k_spec(config), files[1]),
         ):
             check_graph(session, spec, path)
             check_stamp(session, config, folder.weights_sha256, path)

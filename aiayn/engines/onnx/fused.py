@@ -13,7 +13,7 @@ cross keys/values, which are never repeated per beam. ``select`` is cheap:
   child (it takes over its parent's row); only a further child of the same parent
   gets a copy of the parent's filled cache, in a row that a childless beam left;
 - a sentence that leaves the search just stops being read: its rows keep running
-  (on </s>) until the live sentences fall below ``compact_below`` of the physical
+  (on </s>) until the live sentences fall to ``COMPACT_BELOW`` of the physical
   ones, and only then are the live blocks moved to the front (filled part only);
 - anything else (rows repeated across sentences, say) falls back to a general
   gather into fresh buffers with one row per sentence.
@@ -32,32 +32,21 @@ import numpy as np
 import onnxruntime as ort
 from safetensors.numpy import load_file
 
+from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
+from aiayn.engines import ONNX
 from aiayn.engines.onnx.engine import OnnxEngine
-from aiayn.engines.onnx.serving_graphs import (
-    HEAD_LOGITS,
-    HEAD_TOP_K,
-    GraphOptions,
-    build_decoder,
-    build_serving_graphs,
-    quantize_int8,
-)
+from aiayn.engines.onnx.quantize import quantize_int8
+from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
+from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
-CPU = "CPUExecutionProvider"
-COMPACT_BELOW = 0.5  # compact when live sentences ≤ this share of the physical ones (RESULTS.md: measured)
+# Compact when live sentences ≤ this share of the physical ones (docs/speed.md: never compacting cost 20–45 % at
+# batch 32; thresholds 0.25–0.9 were within noise).
+COMPACT_BELOW = 0.5
+INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
 BLOCK_TOP_K_ROWS = 8  # from this many rows the two-stage TopK decoder is faster; below it, plain TopK
-
-
-def session_options(threads: int, spinning: bool) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return options
 
 
 def ortvalue(array: np.ndarray) -> ort.OrtValue:
@@ -84,7 +73,7 @@ class Batch:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     seqlens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     total_len: np.ndarray = field(default_factory=lambda: np.zeros((), np.int32))
-    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids, or (rows, vocab) logits
+    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids
     keep_alive: list[ort.OrtValue] = field(default_factory=list)  # OrtValues the binding refers to
 
     @property
@@ -116,7 +105,9 @@ def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
 
 
 class FusedOnnxEngine:
-    """Encoder and decoder sessions of ``serving_graphs.py``; implements ``aiayn.search.StepModel``."""
+    """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
+
+    name = ONNX
 
     def __init__(
         self,
@@ -125,9 +116,6 @@ class FusedOnnxEngine:
         encoder: bytes,
         decoder: bytes,
         threads: int = 2,
-        spinning: bool = False,
-        compact_below: float = COMPACT_BELOW,
-        head: str = HEAD_TOP_K,
         small_decoder: bytes | None = None,
     ) -> None:
         """``decoder`` serves every batch, or only those of ``BLOCK_TOP_K_ROWS`` rows and more if a
@@ -139,40 +127,36 @@ class FusedOnnxEngine:
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.n_kv = 2 * config.n_decoder_layers
-        self.head = head
-        self.compact_below = compact_below
-        options = session_options(threads, spinning)
-        self.encoder = ort.InferenceSession(encoder, options, providers=[CPU])
-        self.decoder = ort.InferenceSession(decoder, options, providers=[CPU])
-        self.small_decoder = ort.InferenceSession(small_decoder, options, providers=[CPU]) if small_decoder else None
+        self.cross_names, self.cache_names, self.present_names = (
+            contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
+        )
+        self.encoder = open_session(encoder, [CPU], threads)
+        self.decoder = open_session(decoder, [CPU], threads)
+        self.small_decoder = open_session(small_decoder, [CPU], threads) if small_decoder else None
+        check_built_graph(self.encoder, contract.serving_encoder_spec(config))
+        for session in (self.decoder, self.small_decoder) if self.small_decoder else (self.decoder,):
+            check_built_graph(session, contract.serving_decoder_spec(config))
 
     @classmethod
     def load(
         cls,
         folder: ModelFolder | str | Path,
         threads: int | None = None,
-        options: GraphOptions | None = None,
-        spinning: bool = False,
-        compact_below: float = COMPACT_BELOW,
         int8: bool = False,
     ) -> FusedOnnxEngine:
         """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
-        ``int8`` quantizes their weights (``serving_graphs.quantize_int8``)."""
+        ``int8`` quantizes their weights (``quantize.py``)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        options = options or GraphOptions()
         threads = threads or min(4, os.cpu_count() or 1)
         config = folder.config
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
         weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
-        encoder, decoder = build_serving_graphs(config, weights, options)
-        small = None
-        if options.head == HEAD_TOP_K and options.block_top_k:
-            small = build_decoder(config, weights, GraphOptions(**{**vars(options), "block_top_k": False}))
+        encoder, decoder = build_serving_graphs(config, weights, str(folder.weights_file))
+        small = build_decoder(config, weights, block_top_k=False)
         if int8:
-            encoder, decoder = quantize_int8(encoder), quantize_int8(decoder)
-            small = quantize_int8(small) if small is not None else None
-        return cls(folder, config, encoder, decoder, threads, spinning, compact_below, options.head, small)
+            encoder, decoder, small = (quantize_int8(graph, INT8_OPS) for graph in (encoder, decoder, small))
+        return cls(folder, config, encoder, decoder, threads, small)
 
     # -- encoder -----------------------------------------------------------------------------------------
 
@@ -183,9 +167,9 @@ class FusedOnnxEngine:
         cross = np.empty((self.n_kv, batch, self.config.n_heads, src_len, self.config.d_head), np.float32)
         binding = self.encoder.io_binding()
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
-        binding.bind_ortvalue_input("src_ids", values[0])
-        binding.bind_ortvalue_input("src_mask", values[1])
-        binding.bind_ortvalue_output("cross_kv", values[2])
+        binding.bind_ortvalue_input(contract.SRC_IDS, values[0])
+        binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
+        binding.bind_ortvalue_output(contract.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
         return state_of(Batch(cross, src_mask), np.arange(batch))
 
@@ -215,33 +199,26 @@ class FusedOnnxEngine:
             keep.append(value)
             return value
 
-        bind_input("tgt_ids", batch.ids)
-        bind_input("seqlens_k", batch.seqlens)
-        bind_input("total_len", batch.total_len)
-        bind_input("group_shape", np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
-        bind_input("src_mask", batch.src_mask)
-        for i in range(cfg.n_decoder_layers):
-            bind_input(f"cross_key.{i}", batch.cross[2 * i])
-            bind_input(f"cross_value.{i}", batch.cross[2 * i + 1])
-            for j, kind in ((2 * i, "key"), (2 * i + 1, "value")):
-                value = bind_input(f"cache_{kind}.{i}", batch.cache[j])
-                binding.bind_ortvalue_output(f"present_{kind}.{i}", value)  # the same memory: appended in place
+        bind_input(contract.TGT_IDS, batch.ids)
+        bind_input(contract.SEQLENS_K, batch.seqlens)
+        bind_input(contract.TOTAL_LEN, batch.total_len)
+        bind_input(contract.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input(contract.SRC_MASK, batch.src_mask)
+        for name, cross in zip(self.cross_names, batch.cross, strict=True):
+            bind_input(name, cross)
+        for name, present, cache in zip(self.cache_names, self.present_names, batch.cache, strict=True):
+            binding.bind_ortvalue_output(present, bind_input(name, cache))  # the same memory: appended in place
         batch.binding, batch.keep_alive, batch.bound_k = binding, keep, 0
 
     def bind_outputs(self, batch: Batch, k: int) -> None:
-        """(Re)bind the head's outputs for ``k`` best tokens per row (the logits head ignores ``k``)."""
+        """(Re)bind the head's outputs for ``k`` best tokens per row."""
         assert batch.binding is not None
         rows = batch.rows
-        if self.head == HEAD_LOGITS:
-            batch.outputs = (np.empty((rows, self.config.vocab_size), np.float32),)
-            names = ["logits"]
-        else:
-            batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
-            names = ["top_log_probs", "top_ids"]
-            k_value = ortvalue(np.array([k], np.int64))
-            batch.binding.bind_ortvalue_input("k", k_value)
-            batch.keep_alive.append(k_value)
-        for name, array in zip(names, batch.outputs, strict=True):
+        batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
+        k_value = ortvalue(np.array([k], np.int64))
+        batch.binding.bind_ortvalue_input(contract.TOP_K, k_value)
+        batch.keep_alive.append(k_value)
+        for name, array in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
             value = ortvalue(array)
             batch.binding.bind_ortvalue_output(name, value)
             batch.keep_alive.append(value)
@@ -290,22 +267,12 @@ class FusedOnnxEngine:
         return outputs, FusedState(batch, state.rows, batch.version, state.identity)
 
     def step_top(self, state: FusedState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, FusedState]:
-        k = min(k, self.config.vocab_size)
-        if self.head == HEAD_LOGITS:
-            (logits,), state = self.run_step(state, tgt_ids, k)
-            ids = top_ids(logits, k)  # (rows, k)
-            values = np.take_along_axis(logits, ids, axis=1) - log_sum_exp(logits)
-            return values, ids, state
-        (values, ids), state = self.run_step(state, tgt_ids, k)
+        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
         return values, ids, state  # (rows, k) each, best first, ties to the lower id
 
     def step(self, state: FusedState, tgt_ids: np.ndarray) -> tuple[np.ndarray, FusedState]:
         """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
-        vocab = self.config.vocab_size
-        if self.head == HEAD_LOGITS:
-            (logits,), state = self.run_step(state, tgt_ids, 1)
-            return logits - log_sum_exp(logits), state
-        (values, ids), state = self.run_step(state, tgt_ids, vocab)
+        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
         log_probs = np.empty_like(values)
         np.put_along_axis(log_probs, ids, values, axis=1)
         return log_probs, state
@@ -339,7 +306,7 @@ class FusedOnnxEngine:
         if g > 1:
             parents = self.adopt(batch, parents.reshape(-1, g)).reshape(-1)
         slots = parents[::g] // g  # (new sentences,) physical blocks still read
-        if 0 < slots.size <= self.compact_below * batch.sentences:
+        if 0 < slots.size <= COMPACT_BELOW * batch.sentences:
             return self.compact(batch, slots, parents % g)
         return state_of(batch, parents)
 
@@ -418,18 +385,3 @@ def distinct(values: np.ndarray) -> bool:
     if values.size < 2 or bool((values[1:] > values[:-1]).all()):
         return True
     return np.unique(values).size == values.size
-
-
-def log_sum_exp(logits: np.ndarray) -> np.ndarray:
-    """(rows, vocab) → (rows, 1) log Σ exp, stably."""
-    top = logits.max(axis=1, keepdims=True)
-    return top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
-
-
-def top_ids(scores: np.ndarray, k: int) -> np.ndarray:
-    """(rows, k) ids of the k largest per row, best first, ties to the lower id."""
-    if k == 1:
-        return scores.argmax(axis=1)[:, None]  # the first maximum: the lower id
-    from aiayn.search.step import top_columns
-
-    return top_columns(scores, k)

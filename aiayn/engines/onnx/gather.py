@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aiayn.core.contract import IR_VERSION, OPSET
 from aiayn.engines.onnx.wire import bytes_field, int_field, node, value_info
 
-IR_VERSION = 8
-OPSET = 13  # Gather-13
 INDICES = "rows"
 
 

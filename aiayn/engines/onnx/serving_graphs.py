@@ -9,13 +9,16 @@ one decoding step is a few dozen kernels instead of a few hundred:
   fuses MatMul + Add into Gemm and Gemm + Relu into FusedGemm;
 - decoder self-attention is ``GroupQueryAttention`` on a preallocated key/value
   buffer (rows, heads, capacity, d_head): the engine binds the same buffer as
-  ``past_*`` and ``present_*``, so the new key/value is written in place (no concat);
+  ``cache_*`` and ``present_*``, so the new key/value is written in place (no concat);
 - cross-attention is ``MultiHeadAttention`` over the encoder's per-layer keys/values
   in BNSH layout (sentences, heads, src_len, d_head), computed once by the encoder.
   The rows of one sentence (its beams) are that sentence's query *sequence*, so the
   source side is never repeated per beam;
-- the encoder is one graph with ``MultiHeadAttention`` and outputs every decoder
-  layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
+- the encoder is one graph with the ``Attention`` op (QKV projection inside) and outputs
+  every decoder layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
+
+Their inputs and outputs are declared in ``aiayn.core.contract`` (``serving_encoder_spec``,
+``serving_decoder_spec``), which the engine (``fused.py``) binds by.
 
 Contrib-op masks are int32, 1 = attend; blocked scores get -10000 before the
 softmax instead of -inf (exp underflows to exactly 0 either way, as long as one key is
@@ -26,24 +29,58 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from aiayn.core.config import ModelConfig
+from aiayn.core.contract import (
+    CROSS_KV,
+    GROUP_SHAPE,
+    IR_VERSION,
+    OPSET,
+    SEQLENS_K,
+    SRC_IDS,
+    SRC_MASK,
+    TGT_IDS,
+    TOP_IDS,
+    TOP_K,
+    TOP_LOG_PROBS,
+    TOTAL_LEN,
+    GraphSpec,
+    TensorSpec,
+    kv_names,
+    serving_decoder_spec,
+    serving_encoder_spec,
+)
+from aiayn.core.weight_spec import (
+    BIAS,
+    CROSS_ATTN,
+    DECODER_NORM,
+    EMBEDDING,
+    ENCODER_NORM,
+    FEED_FORWARD,
+    SELF_ATTN,
+    W_1,
+    W_2,
+    W_K,
+    W_O,
+    W_Q,
+    W_V,
+    WEIGHT,
+    check_weights,
+    decoder_layer,
+    encoder_layer,
+    norm,
+    sublayer,
+)
 
-OPSET = 18
 MS_DOMAIN = "com.microsoft"
 POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
-
-# Decoder heads: what the step returns besides the updated cache.
-HEAD_TOP_K = "top_k"  # log-softmax, then TopK(k): (rows, k) values and ids; the beam's head
-HEAD_LOGITS = "logits"  # raw logits (rows, vocab), into a buffer the engine owns; argmax and log-sum-exp in NumPy
-HEADS = (HEAD_TOP_K, HEAD_LOGITS)
+Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
 
 
 def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
@@ -51,51 +88,6 @@ def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
     inv_freq = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
     angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq[None, :]  # (length, d_model / 2)
     return np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape(length, d_model).astype(np.float32)
-
-
-def expected_keys(config: ModelConfig) -> set[str]:
-    """The state-dict names of ``aiayn.model.transformer.Transformer`` for ``config``."""
-    keys = {"embedding.weight"}
-    linear = ("weight", "bias")
-    for stack, n_layers, blocks in (
-        ("encoder_layers", config.n_encoder_layers, ("self_attn",)),
-        ("decoder_layers", config.n_decoder_layers, ("self_attn", "cross_attn")),
-    ):
-        for i in range(n_layers):
-            prefix = f"{stack}.{i}"
-            for block in blocks:
-                keys |= {f"{prefix}.{block}.w_{p}.{t}" for p in "qkvo" for t in linear}
-                keys |= {f"{prefix}.{block}_residual.norm.{t}" for t in linear}
-            keys |= {f"{prefix}.feed_forward.w_{n}.{t}" for n in (1, 2) for t in linear}
-            keys |= {f"{prefix}.feed_forward_residual.norm.{t}" for t in linear}
-    if config.norm_first:
-        keys |= {f"{norm}.{t}" for norm in ("encoder_norm", "decoder_norm") for t in linear}
-    return keys
-
-
-def check_weights(config: ModelConfig, weights: dict[str, np.ndarray]) -> None:
-    """Refuse, naming every missing, unexpected or misshapen tensor (a strict mapping)."""
-    wanted = expected_keys(config)
-    missing, unexpected = sorted(wanted - set(weights)), sorted(set(weights) - wanted)
-    d, ff, vocab = config.d_model, config.d_ff, config.vocab_size
-    misshapen = []
-    for name in sorted(wanted & set(weights)):
-        if name == "embedding.weight":
-            shape: tuple[int, ...] = (vocab, d)
-        elif ".w_1." in name:
-            shape = (ff, d) if name.endswith("weight") else (ff,)
-        elif ".w_2." in name:
-            shape = (d, ff) if name.endswith("weight") else (d,)
-        elif name.endswith("weight") and ".w_" in name:
-            shape = (d, d)
-        else:
-            shape = (d,)
-        if tuple(weights[name].shape) != shape:
-            misshapen.append(f"{name} {tuple(weights[name].shape)} != {shape}")
-    if missing or unexpected or misshapen:
-        raise ValueError(
-            f"the weights do not match the config: missing {missing}, unexpected {unexpected}, wrong shape {misshapen}"
-        )
 
 
 class GraphBuilder:
@@ -131,8 +123,8 @@ class GraphBuilder:
 
     def linear(self, x: str, names: list[str], hint: str, relu: bool = False) -> str:
         """x (rows, in) @ Wᵀ + b for one or several torch Linears fused along the outputs → (rows, Σ out)."""
-        w = np.concatenate([self.weight(f"{n}.weight") for n in names], axis=0).T  # (in, out)
-        b = np.concatenate([self.weight(f"{n}.bias") for n in names])
+        w = np.concatenate([self.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (in, out)
+        b = np.concatenate([self.weight(f"{n}.{BIAS}") for n in names])
         w_name = self.const(self.fresh(hint + ".w"), w)
         b_name = self.const(self.fresh(hint + ".b"), b)
         y = self.op1("MatMul", [x, w_name], hint)
@@ -140,72 +132,41 @@ class GraphBuilder:
         return self.op1("Relu", [y], hint) if relu else y
 
     def layer_norm(self, x: str, prefix: str, eps: float) -> str:
-        scale = self.const(self.fresh(prefix + ".g"), self.weight(f"{prefix}.weight"))
-        bias = self.const(self.fresh(prefix + ".b"), self.weight(f"{prefix}.bias"))
+        scale = self.const(self.fresh(prefix + ".g"), self.weight(f"{prefix}.{WEIGHT}"))
+        bias = self.const(self.fresh(prefix + ".b"), self.weight(f"{prefix}.{BIAS}"))
         return self.op1("LayerNormalization", [x, scale, bias], "ln", axis=-1, epsilon=eps)
 
-    def stack(
-        self,
-        a: str,
-        b: str,
-        sublayers: list[tuple[str, Callable[[str], str]]],
-        final_norm: str,
-        config: ModelConfig,
-        skip_layer_norm: bool,
-    ) -> str:
-        """x = a + b (token embeddings + positions), then each sub-layer with its residual and norm (§3.1, §5.4
-        without dropout): x + f(LN(x)) pre-LN, with a final LN; LN(x + f(x)) post-LN."""
+    def stack(self, x: str, sublayers: Sublayers, final_norm: str, config: ModelConfig) -> str:
+        """Each sub-layer of ``x`` with its residual and norm (§3.1, §5.4 without dropout): x + f(LN(x)) pre-LN,
+        with a final LN; LN(x + f(x)) post-LN."""
         eps = config.layer_norm_eps
-        if not config.norm_first:
-            x = self.op1("Add", [a, b], "x")
-            for norm, sublayer in sublayers:
-                x = self.layer_norm(self.op1("Add", [x, sublayer(x)], "res"), norm, eps)
-            return x
-        if not skip_layer_norm:
-            x = self.op1("Add", [a, b], "x")
-            for norm, sublayer in sublayers:
-                x = self.op1("Add", [x, sublayer(self.layer_norm(x, norm, eps))], "res")
-            return self.layer_norm(x, final_norm, eps)
-        for norm, sublayer in sublayers:
-            h, x = self.skip_layer_norm(a, b, norm, eps)  # LN(a + b) and a + b
-            a, b = sublayer(h), x  # the next norm sees x + f(h)
-        return self.skip_layer_norm(a, b, final_norm, eps)[0]
-
-    def skip_layer_norm(self, a: str, b: str, norm: str, eps: float) -> tuple[str, str]:
-        scale = self.const(self.fresh(norm + ".g"), self.weight(f"{norm}.weight"))
-        bias = self.const(self.fresh(norm + ".b"), self.weight(f"{norm}.bias"))
-        h, _, _, x = self.op("SkipLayerNormalization", [a, b, scale, bias], "sln", 4, MS_DOMAIN, epsilon=eps)
-        return h, x
+        for norm_name, function in sublayers:
+            if config.norm_first:
+                x = self.op1("Add", [x, function(self.layer_norm(x, norm_name, eps))], "res")
+            else:
+                x = self.layer_norm(self.op1("Add", [x, function(x)], "res"), norm_name, eps)
+        return self.layer_norm(x, final_norm, eps) if config.norm_first else x
 
     def feed_forward(self, x: str, prefix: str) -> str:
         """Eq. 2: max(0, x W1 + b1) W2 + b2."""
-        hidden = self.linear(x, [f"{prefix}.w_1"], "ffn1", relu=True)
-        return self.linear(hidden, [f"{prefix}.w_2"], "ffn2")
+        hidden = self.linear(x, [f"{prefix}.{W_1}"], "ffn1", relu=True)
+        return self.linear(hidden, [f"{prefix}.{W_2}"], "ffn2")
 
-    def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]) -> bytes:
-        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+    def model(self, spec: GraphSpec) -> bytes:
+        """The graph with the inputs and outputs that ``spec`` declares, serialized."""
+        inputs, outputs = ([value_info(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
+        graph = helper.make_graph(self.nodes, spec.file, inputs, outputs, self.initializers)
         model = helper.make_model(
             graph,
             opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
             producer_name="aiayn",
         )
-        model.ir_version = 8
+        model.ir_version = IR_VERSION
         return model.SerializeToString()
 
 
-def io(name: str, dtype: int, shape: list[str | int]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    """Alternatives that were measured (RESULTS.md); the defaults are the fastest found on this CPU."""
-
-    skip_layer_norm: bool = False  # pre-LN: residual Add + next LayerNormalization as SkipLayerNormalization (slower)
-    encoder_attention: str = "attention"  # "attention": the Attention op (QKV projection inside); "mha": Gemm,
-    # Split, MultiHeadAttention; "gqa": GroupQueryAttention (causal=0, packed QKV, lengths instead of a mask)
-    head: str = HEAD_TOP_K
-    block_top_k: bool = True  # top_k head: TopK over the best blocks of the vocabulary (exact; see two_stage_top_k)
+def value_info(spec: TensorSpec) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(spec.name, helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype)), spec.shape)
 
 
 def block_size(vocab: int) -> int:
@@ -245,17 +206,17 @@ def two_stage_top_k(g: GraphBuilder, scores: str, k: str, block: int, vocab: int
     g.nodes.append(helper.make_node("Identity", [ids], [outputs[1]], name="top_ids"))
 
 
-def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray], options: GraphOptions = GraphOptions()) -> bytes:
+def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     """src_ids (batch, src_len) int64 and src_mask (batch, src_len) int32 →
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
     g = GraphBuilder(weights)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
-    emb = g.const("embedding_scaled", g.weight("embedding.weight") * np.float32(math.sqrt(d)))
+    emb = g.const("embedding_scaled", g.weight(EMBEDDING) * np.float32(math.sqrt(d)))
     table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
-    shape = g.op1("Shape", ["src_ids"], "shape")  # [batch, src_len]
+    shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
     src_len = g.op1("Slice", [shape, g.const("one", np.array([1])), g.const("two", np.array([2]))], "src_len")
     positions = g.op1("Slice", [table, g.const("zero", np.array([0])), src_len], "pos")  # (src_len, d)
-    tokens = g.op1("Reshape", [g.op1("Gather", [emb, "src_ids"], "tok"), g.const("rows_d", np.array([-1, d]))], "tok2d")
+    tokens = g.op1("Reshape", [g.op1("Gather", [emb, SRC_IDS], "tok"), g.const("rows_d", np.array([-1, d]))], "tok2d")
     positions = g.op1(
         "Tile",
         [
@@ -267,191 +228,104 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray], options: 
         "pos2d",
     )
     bsd = g.op1("Concat", [shape, g.const("d_only", np.array([d]))], "bsd3", axis=0)  # [batch, src_len, d]
-    if options.encoder_attention == "gqa":
-        lengths = g.op1("ReduceSum", ["src_mask", "one"], "len", keepdims=0)  # (batch,) real tokens
-        seqlens = g.op1("Sub", [lengths, g.const("one_i32", np.array(1, np.int32))], "seqlens")
-        total = g.op1("Cast", [g.op1("Squeeze", [src_len], "s")], "total", to=TensorProto.INT32)
 
     def self_attention(h: str, prefix: str) -> str:
-        names = [f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v"]
-        if options.encoder_attention == "attention":
-            w = np.concatenate([g.weight(f"{n}.weight") for n in names], axis=0).T  # (d, 3d)
-            b = np.concatenate([g.weight(f"{n}.bias") for n in names])
-            h3 = g.op1("Reshape", [h, bsd], "h3")
-            out = g.op1(
-                "Attention",
-                [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), "src_mask"],
-                "attn",
-                MS_DOMAIN,
-                num_heads=heads,
-            )
-        elif options.encoder_attention == "gqa":
-            qkv = g.op1(
-                "Reshape",
-                [
-                    g.linear(h, names, "qkv"),
-                    g.op1("Concat", [shape, g.const(g.fresh("3d"), np.array([3 * d]))], "s3", axis=0),
-                ],
-                "qkv3",
-            )
-            out = g.op(
-                "GroupQueryAttention",
-                [qkv, "", "", "", "", seqlens, total],
-                "gqa",
-                1,
-                MS_DOMAIN,
-                num_heads=heads,
-                kv_num_heads=heads,
-                causal=0,
-            )[0]
-        else:
-            qkv = g.linear(h, names, "qkv")  # (rows, 3d)
-            q, k, v = g.op("Split", [qkv], "qkv_split", 3, axis=1, num_outputs=3)
-            q, k, v = (g.op1("Reshape", [t, bsd], "bsd") for t in (q, k, v))  # (batch, src_len, d)
-            out = g.op1("MultiHeadAttention", [q, k, v, "", "src_mask"], "mha", MS_DOMAIN, num_heads=heads)
-        return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.w_o"], "wo")
+        """The Attention op: the QKV projection inside, over (batch, src_len, d) with the padding mask."""
+        names = [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"]
+        w = np.concatenate([g.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (d, 3d)
+        b = np.concatenate([g.weight(f"{n}.{BIAS}") for n in names])
+        h3 = g.op1("Reshape", [h, bsd], "h3")
+        out = g.op1(
+            "Attention",
+            [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), SRC_MASK],
+            "attn",
+            MS_DOMAIN,
+            num_heads=heads,
+        )
+        return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
-    sublayers: list[tuple[str, Callable[[str], str]]] = []
+    sublayers: Sublayers = []
     for i in range(config.n_encoder_layers):
-        p = f"encoder_layers.{i}"
-        sublayers.append((f"{p}.self_attn_residual.norm", partial(self_attention, prefix=f"{p}.self_attn")))
-        sublayers.append((f"{p}.feed_forward_residual.norm", partial(g.feed_forward, prefix=f"{p}.feed_forward")))
-    x = g.stack(tokens, positions, sublayers, "encoder_norm", config, options.skip_layer_norm)
+        attention, feed_forward = (sublayer(encoder_layer(i), name) for name in (SELF_ATTN, FEED_FORWARD))
+        sublayers.append((norm(attention), partial(self_attention, prefix=attention)))
+        sublayers.append((norm(feed_forward), partial(g.feed_forward, prefix=feed_forward)))
+    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, ENCODER_NORM, config)
     # All decoder layers' cross keys and values in one Gemm: (rows, 2 · layers · d).
-    kv = g.linear(x, [f"decoder_layers.{i}.cross_attn.w_{t}" for i in range(n_dec) for t in "kv"], "cross_kv")
+    cross = [f"{sublayer(decoder_layer(i), CROSS_ATTN)}.{w}" for i in range(n_dec) for w in (W_K, W_V)]
+    kv = g.linear(x, cross, "cross_kv")
     kv_shape = g.op1("Concat", [shape, g.const("kv_tail", np.array([2 * n_dec, heads, d_head]))], "kv_shape", axis=0)
     kv = g.op1("Reshape", [kv, kv_shape], "kv5")  # (batch, src_len, 2 · layers, heads, d_head)
-    g.nodes.append(helper.make_node("Transpose", [kv], ["cross_kv"], name="cross_kv_bnsh", perm=[2, 0, 3, 1, 4]))
-    inputs = [
-        io("src_ids", TensorProto.INT64, ["batch", "src_len"]),
-        io("src_mask", TensorProto.INT32, ["batch", "src_len"]),
-    ]
-    outputs = [io("cross_kv", TensorProto.FLOAT, [2 * n_dec, "batch", heads, "src_len", d_head])]
-    return g.model("aiayn_encoder", inputs, outputs)
+    g.nodes.append(helper.make_node("Transpose", [kv], [CROSS_KV], name="cross_kv_bnsh", perm=[2, 0, 3, 1, 4]))
+    return g.model(serving_encoder_spec(config))
 
 
-def decoder_inputs(config: ModelConfig) -> list[onnx.ValueInfoProto]:
-    heads, d_head = config.n_heads, config.d_head
-    inputs = [
-        io("tgt_ids", TensorProto.INT64, ["rows"]),  # the newest token of each row
-        io("seqlens_k", TensorProto.INT32, ["rows"]),  # its position (= tokens cached before it) per row;
-        # GroupQueryAttention reads it as total length - 1
-        io("total_len", TensorProto.INT32, []),  # GroupQueryAttention: the longest row's position + 1
-        io("group_shape", TensorProto.INT64, [3]),  # [sentences, rows per sentence, d_model]: rows as query sequences
-        io("src_mask", TensorProto.INT32, ["sentences", "src_len"]),
-    ]
-    for i in range(config.n_decoder_layers):
-        for kind in ("key", "value"):
-            inputs.append(io(f"cross_{kind}.{i}", TensorProto.FLOAT, ["sentences", heads, "src_len", d_head]))
-    for i in range(config.n_decoder_layers):
-        for kind in ("key", "value"):
-            inputs.append(io(f"cache_{kind}.{i}", TensorProto.FLOAT, ["rows", heads, "capacity", d_head]))
-    return inputs
-
-
-def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], options: GraphOptions = GraphOptions()) -> bytes:
-    """One new token per row after ``seqlens_k`` cached ones.
+def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top_k: bool = True) -> bytes:
+    """One new token per row after ``seqlens_k`` cached ones → its ``k`` best next tokens (log-softmax, then TopK:
+    over the best blocks of the vocabulary if ``block_top_k``, see ``two_stage_top_k``; else plain).
 
     The cache buffers ``cache_*`` (rows, heads, capacity, d_head) come back as ``present_*`` of the same
     shape: bind one buffer to both and GroupQueryAttention appends in place. Rows are grouped by sentence
     (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and ``src_mask``.
     """
-    if options.head not in HEADS:
-        raise ValueError(f"unknown decoder head {options.head!r}; choose one of {HEADS}")
     g = GraphBuilder(weights)
-    d, heads, d_head = config.d_model, config.n_heads, config.d_head
-    emb = g.weight("embedding.weight")  # (vocab, d)
+    d, heads = config.d_model, config.n_heads
+    emb = g.weight(EMBEDDING)  # (vocab, d)
     emb_scaled = g.const("embedding_scaled", emb * np.float32(math.sqrt(d)))
     table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
-    tokens = g.op1("Gather", [emb_scaled, "tgt_ids"], "tok")  # (rows, d)
-    positions = g.op1("Gather", [table, "seqlens_k"], "pos")  # (rows, d)
+    tokens = g.op1("Gather", [emb_scaled, TGT_IDS], "tok")  # (rows, d)
+    positions = g.op1("Gather", [table, SEQLENS_K], "pos")  # (rows, d)
     rows_d = g.const("rows_d", np.array([-1, d]))
     rows_1_3d = g.const("rows_1_3d", np.array([-1, 1, 3 * d]))
-    outputs_kv: list[onnx.ValueInfoProto] = []
+    cross, cache, present = (kv_names(config, prefix) for prefix in ("cross", "cache", "present"))
 
     def self_attention(h: str, prefix: str, i: int) -> str:
-        qkv = g.linear(h, [f"{prefix}.w_q", f"{prefix}.w_k", f"{prefix}.w_v"], "qkv")  # (rows, 3d)
+        qkv = g.linear(h, [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"], "qkv")  # (rows, 3d)
         qkv = g.op1("Reshape", [qkv, rows_1_3d], "qkv3")  # (rows, 1, 3d): packed Q, K, V
         out, *_ = g.op(
             "GroupQueryAttention",
-            [qkv, "", "", f"cache_key.{i}", f"cache_value.{i}", "seqlens_k", "total_len"],
+            [qkv, "", "", cache[2 * i], cache[2 * i + 1], SEQLENS_K, TOTAL_LEN],
             "gqa",
             1,
             MS_DOMAIN,
             num_heads=heads,
             kv_num_heads=heads,
         )
-        g.nodes[-1].output.extend([f"present_key.{i}", f"present_value.{i}"])
-        for kind in ("key", "value"):
-            outputs_kv.append(io(f"present_{kind}.{i}", TensorProto.FLOAT, ["rows", heads, "capacity", d_head]))
-        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.w_o"], "wo")
+        g.nodes[-1].output.extend(present[2 * i : 2 * i + 2])  # the cache buffers, bound again: in place
+        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     def cross_attention(h: str, prefix: str, i: int) -> str:
-        q = g.linear(h, [f"{prefix}.w_q"], "q")  # (rows, d)
-        q = g.op1("Reshape", [q, "group_shape"], "q3")  # (sentences, rows per sentence, d)
+        q = g.linear(h, [f"{prefix}.{W_Q}"], "q")  # (rows, d)
+        q = g.op1("Reshape", [q, GROUP_SHAPE], "q3")  # (sentences, rows per sentence, d)
         out = g.op1(
             "MultiHeadAttention",
-            [q, f"cross_key.{i}", f"cross_value.{i}", "", "src_mask"],
+            [q, cross[2 * i], cross[2 * i + 1], "", SRC_MASK],
             "xattn",
             MS_DOMAIN,
             num_heads=heads,
         )
-        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.w_o"], "wo")
+        return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
-    sublayers: list[tuple[str, Callable[[str], str]]] = []
+    sublayers: Sublayers = []
     for i in range(config.n_decoder_layers):
-        p = f"decoder_layers.{i}"
-        sublayers.append((f"{p}.self_attn_residual.norm", partial(self_attention, prefix=f"{p}.self_attn", i=i)))
-        sublayers.append((f"{p}.cross_attn_residual.norm", partial(cross_attention, prefix=f"{p}.cross_attn", i=i)))
-        sublayers.append((f"{p}.feed_forward_residual.norm", partial(g.feed_forward, prefix=f"{p}.feed_forward")))
-    x = g.stack(tokens, positions, sublayers, "decoder_norm", config, options.skip_layer_norm)  # (rows, d)
+        own, other, feed_forward = (sublayer(decoder_layer(i), n) for n in (SELF_ATTN, CROSS_ATTN, FEED_FORWARD))
+        sublayers.append((norm(own), partial(self_attention, prefix=own, i=i)))
+        sublayers.append((norm(other), partial(cross_attention, prefix=other, i=i)))
+        sublayers.append((norm(feed_forward), partial(g.feed_forward, prefix=feed_forward)))
+    x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, DECODER_NORM, config)  # (rows, d)
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), stored transposed (d, vocab).
     projection = g.const("embedding_t", np.ascontiguousarray(emb.T))
-    inputs = decoder_inputs(config)
-    if options.head == HEAD_LOGITS:
-        g.nodes.append(helper.make_node("MatMul", [x, projection], ["logits"], name="logits"))
-        outputs = [io("logits", TensorProto.FLOAT, ["rows", config.vocab_size])]
+    log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
+    if block_top_k and (block := block_size(config.vocab_size)):
+        two_stage_top_k(g, log_probs, TOP_K, block, config.vocab_size, [TOP_LOG_PROBS, TOP_IDS])
     else:
-        log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
-        if options.block_top_k and (block := block_size(config.vocab_size)):
-            two_stage_top_k(g, log_probs, "k", block, config.vocab_size, ["top_log_probs", "top_ids"])
-        else:
-            g.nodes.append(
-                helper.make_node("TopK", [log_probs, "k"], ["top_log_probs", "top_ids"], name="top_k", axis=-1)
-            )
-        inputs.append(io("k", TensorProto.INT64, [1]))
-        outputs = [
-            io("top_log_probs", TensorProto.FLOAT, ["rows", "k"]),
-            io("top_ids", TensorProto.INT64, ["rows", "k"]),
-        ]
-    return g.model("aiayn_decoder", inputs, outputs + outputs_kv)
+        g.nodes.append(helper.make_node("TopK", [log_probs, TOP_K], [TOP_LOG_PROBS, TOP_IDS], name="top_k", axis=-1))
+    return g.model(serving_decoder_spec(config))
 
 
 def build_serving_graphs(
-    config: ModelConfig, weights: dict[str, np.ndarray], options: GraphOptions = GraphOptions()
+    config: ModelConfig, weights: dict[str, np.ndarray], source: str = "the weights"
 ) -> tuple[bytes, bytes]:
-    """(encoder, decoder) serialized ModelProtos for ``config`` and its weights (any float dtype; fp32 inside)."""
-    check_weights(config, weights)
-    return build_encoder(config, weights, options), build_decoder(config, weights, options)
-
-
-def quantize_int8(model: bytes, op_types: tuple[str, ...] = ("MatMul", "Attention")) -> bytes:
-    """Dynamic int8 quantization (ONNX Runtime's ``quantize_dynamic``): int8 weights of ``op_types``, one
-    scale per output channel, activations quantized per call. Not exact: judged by agreement, not parity."""
-    import tempfile
-    from pathlib import Path
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    with tempfile.TemporaryDirectory() as tmp:
-        source, target = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
-        source.write_bytes(model)
-        quantize_dynamic(
-            str(source),
-            str(target),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            op_types_to_quantize=list(op_types),
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},  # contrib-op outputs have no inferred type
-        )
-        return target.read_bytes()
+    """(encoder, decoder) serialized ModelProtos for ``config`` and its weights (any float dtype; fp32 inside),
+    which must follow the weights' spec (``source`` names them if they do not)."""
+    check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
+    return build_encoder(config, weights), build_decoder(config, weights)

@@ -22,11 +22,12 @@ import onnxruntime as ort
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
+from aiayn.engines.onnx.gather import gather_model
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 REEXPORT = "re-export the folder with `aiayn export {folder}`"
-ORT_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "bool": "tensor(bool)"}
+ORT_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "int32": "tensor(int32)", "bool": "tensor(bool)"}
 ORT_WARNING, ORT_ERROR = 2, 3  # logger severities: 2 is ONNX Runtime's default
 # fp32 stays fp32 on a GPU: the CUDA provider would otherwise run fp32 matrix products in TF32 (10-bit
 # mantissas) on Ampere and newer GPUs, and the CUDA engine could not give the CPU engine's very outputs.
@@ -93,8 +94,9 @@ def open_session(
         raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
 
 
-def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
-    """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw)."""
+def try_cuda(path: Path | None, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
+    """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw);
+    ``path`` names the file ``model`` came from, if any."""
     if CUDA not in ort.get_available_providers():
         return None, f"this onnxruntime build has no {CUDA} (install onnxruntime-gpu)"
     ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
@@ -109,6 +111,12 @@ def try_cuda(path: Path, threads: int, model: bytes) -> tuple[ort.InferenceSessi
         return session, ""
     errors = [line.rsplit("error:", 1)[-1].strip() for line in log if "[E:" in line]
     return None, errors[-1] if errors else "ONNX Runtime fell back to the CPU"
+
+
+def gpu_unavailable(threads: int) -> str:
+    """Why ONNX Runtime cannot run a session on a GPU here, or "" if it can: probed with a one-node graph, so that
+    ``--device auto`` on a machine without one builds no model session only to throw it away."""
+    return try_cuda(None, threads, gather_model([("float32", 1)]))[1]
 
 
 def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
@@ -126,8 +134,8 @@ def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.I
     return open_session(model, [CPU], threads, path=path)
 
 
-def check_graph(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> None:
-    """Names, dtypes, ranks and fixed sizes of every input and output must be the contract's; all gaps listed."""
+def graph_problems(session: ort.InferenceSession, spec: GraphSpec) -> list[str]:
+    """Every way the names, dtypes, ranks and fixed sizes of the session's inputs and outputs differ from ``spec``."""
     problems = []
     for role, actual, wanted in (
         ("input", session.get_inputs(), spec.inputs),
@@ -142,11 +150,24 @@ def check_graph(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> N
             fixed_ok = all(isinstance(want, str) or got == want for got, want in zip(a.shape, w.shape, strict=False))
             if len(a.shape) != len(w.shape) or not fixed_ok:
                 problems.append(f"{role} {a.name} has shape {a.shape}, the contract says {list(w.shape)}")
+    return problems
+
+
+def check_graph(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> None:
+    """A folder's graph must follow the contract; all gaps listed, and the fix: re-export."""
+    problems = graph_problems(session, spec)
     if problems:
         raise ValueError(
             f"{path} does not follow this aiayn's ONNX contract: {'; '.join(problems)}; "
             + REEXPORT.format(folder=path.parent)
         )
+
+
+def check_built_graph(session: ort.InferenceSession, spec: GraphSpec) -> None:
+    """A graph built at load time must follow its declaration (else aiayn itself is wrong); all gaps listed."""
+    problems = graph_problems(session, spec)
+    if problems:
+        raise ValueError(f"the {spec.file} that aiayn built does not follow its declaration: {'; '.join(problems)}")
 
 
 def check_stamp(session: ort.InferenceSession, config: ModelConfig, weights_sha256: str, path: Path) -> None:
