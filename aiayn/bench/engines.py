@@ -16,6 +16,7 @@ from typing import Any
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine
+from aiayn.search.step import StepModel
 from aiayn.search.translator import SearchSettings, Translator
 
 THREADS = 2  # the cores the bench compares on: the two-core framing's budget, the training bench's threads
@@ -104,7 +105,7 @@ def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
     return copy
 
 
-def step_translate(engine: Any, folder: ModelFolder, lanes: int) -> Translate:
+def step_translate(engine: StepModel[Any], folder: ModelFolder, lanes: int) -> Translate:
     """An engine of ours through the one search, batched as the bench asks, ``lanes`` batches at once."""
     translators: dict[int, Translator] = {}
 
@@ -162,4 +163,5 @@ def make_engine(setup: Setup, folder: ModelFolder) -> Translate:
 
         return step_translate(NoCacheEngine(load_model(folder)), folder, 1)
     engine, _, variant = name.partition(" ")
-    return step_translate(load_engine(folder, engine, "cpu", variant or "fp32", setup.threads), folder, setup.lanes)
+    loaded = load_engine(folder, engine, "cpu", variant or "fp32", cores=setup.lanes)
+    return step_translate(loaded, folder, loaded.lanes)

@@ -79,7 +79,10 @@ def add_data_flag(p: argparse.ArgumentParser) -> None:
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider; auto: CUDA if it works")
     p.add_argument(
-        "--threads", type=positive_int, default=None, help="ONNX Runtime threads per graph (default: cores, ≤ 4)"
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="cores to use (default: the machine's, ≤ 4): on a CPU, one lane of one ONNX Runtime thread per core",
     )
 
 

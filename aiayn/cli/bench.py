@@ -30,7 +30,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         from aiayn.bench.long_sentences import long_report, measure
         from aiayn.serve.service import TranslationService
 
-        model = TranslationService(threads=args.threads).model(args.model)
+        model = TranslationService(cores=args.threads).model(args.model)
         corpus, train = load_split_for(folder, "val", args.data), load_split_for(folder, "train", args.data)
         figures = measure(model, corpus, train, args.beam)
         print(long_report(figures, f"{folder.config.src_lang}-{folder.config.tgt_lang}", "val", args.beam))
@@ -78,12 +78,11 @@ def add_bench(sub: Any) -> None:
         "(answered/s, refused, p50/p90, server CPU per answer, RSS), and the JSON route's sentences/s",
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: ONNX Runtime threads")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: cores to use")
     p.add_argument(
         "--quick",
         action="store_true",
-        help="fewer sentences and rounds (2 rounds of 40 sentences; the full run: 5 of 300); "
-        "with --train: fewer steps",
+        help="fewer sentences and rounds (2 rounds of 40 sentences; the full run: 5 of 300); with --train: fewer steps",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)

@@ -31,7 +31,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     engine = load_engine(folder, args.engine or installed_engine(), args.device, args.variant)
     engine_name = engine.name
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
-    translator = folder.translator(engine)
+    translator = folder.translator(engine, lanes=engine.lanes)
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)
         return

@@ -22,6 +22,7 @@ class Engine(StepModel[State], Protocol[State]):
 
     name: str  # which engine it is: one of ``ENGINES``
     provider: str  # where it runs: ONNX Runtime's execution provider, or PyTorch and its device
+    lanes: int  # how many searches it runs well at once (``aiayn.search.translator``: one batch each)
 
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
         """Last decoder layer's cross-attention over a whole output ``out_ids`` (batch, out_len), from <s>:

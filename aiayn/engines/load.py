@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
@@ -10,6 +11,11 @@ from aiayn.core.folder import ModelFolder
 from aiayn.engines import ENGINES, ONNX, TORCH, Engine
 
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
+MAX_CORES = 4  # by default an engine takes the machine's cores, up to this many
+
+
+def default_cores() -> int:
+    return min(MAX_CORES, os.cpu_count() or 1)
 
 
 def installed_engine() -> str:
@@ -22,11 +28,15 @@ def installed_engine() -> str:
 
 
 def load_engine(
-    folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", threads: int | None = None
+    folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", cores: int | None = None
 ) -> Engine[Any]:
     """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (fp32, int8 or fp16)
     or PyTorch. "onnx" is the fastest ONNX Runtime engine for the device: the contract's graphs on a GPU, the
     serving graphs built from the weights on a CPU.
+
+    ``cores`` (default: the machine's, at most ``MAX_CORES``): on a CPU, ONNX Runtime runs that many lanes of one
+    intra-op thread each, over one copy of the weights. Its ops are too small at this model's size for a second
+    thread to gain (``aiayn bench``: README, Speed), while a second lane searches another batch at the same time.
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
@@ -45,13 +55,14 @@ def load_engine(
     from aiayn.engines.onnx.fused import FusedOnnxEngine
     from aiayn.engines.onnx.sessions import CPU, gpu_unavailable
 
+    lanes = cores or default_cores()
     if engine == ONNX and variant in FUSED_VARIANTS:
         # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once;
         # only a GPU needs the exported graphs, which such a folder does not have yet.
         exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
-        if device == "cpu" or (device == "auto" and (not exported or gpu_unavailable(threads or 1))):
-            return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
-    portable = OnnxEngine.load(folder, device=device, variant=variant, threads=threads)
+        if device == "cpu" or (device == "auto" and (not exported or gpu_unavailable(1))):
+            return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
+    portable = OnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
     if engine == ONNX and portable.provider == CPU and variant in FUSED_VARIANTS:
-        return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")  # a GPU that fails on these graphs
+        return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)  # a GPU failing these graphs
     return portable

@@ -32,6 +32,7 @@ class TorchEngine(FullDistributionStep[TorchState]):
         self.model = model.to(device).eval()
         self.device = torch.device(device)
         self.provider = f"PyTorch ({self.device.type.upper()})"
+        self.lanes = 1  # PyTorch parallelises inside each op with its own threads
         tokens = model.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
 

@@ -97,7 +97,7 @@ class LoadedModel:
         self.config = folder.config
         self.tokenizer = folder.tokenizer
         self.engine = engine
-        self.translator = folder.translator(engine)
+        self.translator = folder.translator(engine, lanes=engine.lanes)
         self.batcher = SearchBatcher(self.translator)
         self.search = folder.search_settings()
         self.clauses = folder.clause_splitter(split_clauses)
@@ -219,9 +219,9 @@ class TranslationService:
     """Loads models by name on first use and serves them to many threads (``split_clauses``: as ``LoadedModel``)."""
 
     def __init__(
-        self, engine: str = "onnx", device: str = "auto", threads: int | None = None, split_clauses: bool = True
+        self, engine: str = "onnx", device: str = "auto", cores: int | None = None, split_clauses: bool = True
     ) -> None:
-        self.engine, self.device, self.threads, self.split_clauses = engine, device, threads, split_clauses
+        self.engine, self.device, self.cores, self.split_clauses = engine, device, cores, split_clauses
         self.models: dict[str, LoadedModel] = {}
         self.lock = threading.Lock()
 
@@ -229,7 +229,7 @@ class TranslationService:
         with self.lock:
             if name not in self.models:
                 folder = ModelFolder.open(name)
-                engine = load_engine(folder, self.engine, self.device, threads=self.threads)
+                engine = load_engine(folder, self.engine, self.device, cores=self.cores)
                 self.models[name] = LoadedModel(folder, engine, self.split_clauses)
             return self.models[name]
 

@@ -39,13 +39,13 @@ def test_auto_without_a_gpu_opens_the_serving_engine_only(
         raise AssertionError("the contract's graphs were opened")
 
     monkeypatch.setattr(OnnxEngine, "load", refused)
-    engine = load.load_engine(ModelFolder.open(bundled["en-de"]), ONNX, "auto", threads=1)
+    engine = load.load_engine(ModelFolder.open(bundled["en-de"]), ONNX, "auto", cores=1)
     assert (engine.name, engine.provider) == (ONNX, sessions.CPU)
 
 
 @pytest.mark.parametrize("name", ENGINES)
 def test_every_engine_says_its_name_and_provider(bundled: dict[str, Path], name: str) -> None:
-    engine = load.load_engine(ModelFolder.open(bundled["de-en"]), name, "cpu", threads=1)
+    engine = load.load_engine(ModelFolder.open(bundled["de-en"]), name, "cpu", cores=1)
     assert engine.name == name
     assert engine.provider in ("CPUExecutionProvider", "PyTorch (CPU)")
     weights = engine.cross_attention(np.array([[5, 6, 3]]), np.array([[2, 7]]))

@@ -48,8 +48,8 @@ class OnnxEngine:
 
     name = ONNX_PORTABLE
 
-    def __init__(self, config: ModelConfig, io: HostIO | BoundIO, provider: str) -> None:
-        self.config, self.io, self.provider = config, io, provider
+    def __init__(self, config: ModelConfig, io: HostIO | BoundIO, provider: str, lanes: int = 1) -> None:
+        self.config, self.io, self.provider, self.lanes = config, io, provider, lanes
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.vocab_size = config.vocab_size
@@ -66,10 +66,12 @@ class OnnxEngine:
         variant: str = "fp32",
         threads: int | None = None,
         io_binding: bool | None = None,
+        lanes: int = 1,
     ) -> OnnxEngine:
         """Open and check a model folder's graphs; ``variant`` picks the fp32, int8 or fp16 files.
 
-        ``threads`` is ONNX Runtime's intra-op thread count per graph (default: the cores, at most 4).
+        ``threads`` is ONNX Runtime's intra-op thread count per graph (default: the cores, at most 4); ``lanes``
+        searches may run it at once on a CPU (a GPU takes one: its batches queue on one stream anyway).
         ``io_binding`` keeps the state on the device (default: on a GPU only; True on CPU runs the same
         code path with host OrtValues, which is how it is tested without a GPU).
         """
@@ -94,8 +96,8 @@ class OnnxEngine:
             check_stamp(session, config, folder.weights_sha256, path)
         provider = encoder.get_providers()[0]
         if io_binding or (io_binding is None and provider != CPU):
-            return cls(config, BoundIO(encoder, decoder, provider, threads), provider)
-        return cls(config, HostIO(encoder, decoder), provider)
+            return cls(config, BoundIO(encoder, decoder, provider, threads), provider, lanes if provider == CPU else 1)
+        return cls(config, HostIO(encoder, decoder), provider, lanes if provider == CPU else 1)
 
     def start(self, src_ids: np.ndarray) -> DecoderState[Any]:
         src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)

@@ -117,12 +117,13 @@ class FusedOnnxEngine:
         decoder: bytes,
         threads: int = 2,
         small_decoder: bytes | None = None,
+        lanes: int = 1,
     ) -> None:
         """``decoder`` serves every batch, or only those of ``BLOCK_TOP_K_ROWS`` rows and more if a
         ``small_decoder`` (the same graph with a plain TopK head) is given for the smaller ones."""
         self.folder, self.config = folder, config
         self.provider = CPU
-        self.threads = threads
+        self.threads, self.lanes = threads, lanes
         self.attention_engine: OnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
@@ -143,9 +144,11 @@ class FusedOnnxEngine:
         folder: ModelFolder | str | Path,
         threads: int | None = None,
         int8: bool = False,
+        lanes: int = 1,
     ) -> FusedOnnxEngine:
         """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
-        ``int8`` quantizes their weights (``quantize.py``)."""
+        ``int8`` quantizes their weights (``quantize.py``). ``lanes`` searches may run it at once, each on
+        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         threads = threads or min(4, os.cpu_count() or 1)
         config = folder.config
@@ -156,7 +159,7 @@ class FusedOnnxEngine:
         small = build_decoder(config, weights, block_top_k=False)
         if int8:
             encoder, decoder, small = (quantize_int8(graph, INT8_OPS) for graph in (encoder, decoder, small))
-        return cls(folder, config, encoder, decoder, threads, small)
+        return cls(folder, config, encoder, decoder, threads, small, lanes)
 
     # -- encoder -----------------------------------------------------------------------------------------
 
