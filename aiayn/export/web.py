@@ -16,8 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END
-from aiayn.core.contract import DECODER_FILE, ENCODER_FILE, LOG_PROBS, POSITION_OFFSET, SRC_IDS, SRC_MASK, TGT_IDS
-from aiayn.core.contract import kv_names
+from aiayn.core.contract import (
+    DECODER_FILE,
+    ENCODER_FILE,
+    LOG_PROBS,
+    POSITION_OFFSET,
+    SRC_IDS,
+    SRC_MASK,
+    TGT_IDS,
+    kv_names,
+)
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
 from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
 from aiayn.core.text import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
@@ -41,8 +49,13 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "variant": VARIANT,
         "encoder": ENCODER_FILE,
         "decoder": DECODER_FILE,
-        "names": {"src_ids": SRC_IDS, "tgt_ids": TGT_IDS, "position_offset": POSITION_OFFSET,
-                  "src_mask": SRC_MASK, "log_probs": LOG_PROBS},
+        "names": {
+            "src_ids": SRC_IDS,
+            "tgt_ids": TGT_IDS,
+            "position_offset": POSITION_OFFSET,
+            "src_mask": SRC_MASK,
+            "log_probs": LOG_PROBS,
+        },
         "cross": kv_names(config, "cross"),
         "past": kv_names(config, "past"),
         "present": kv_names(config, "present"),
@@ -73,9 +86,12 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
 def space_readme(folder: ModelFolder) -> str:
     """README.md of the folder: the front matter that makes it a Hugging Face static Space."""
     config = folder.config
+    # The headers make the page cross-origin isolated on a Space, which lets onnxruntime-web run threads.
     return (
         f"---\ntitle: aiayn {config.src_lang}-{config.tgt_lang} in the browser\nemoji: 🌐\ncolorFrom: blue\n"
-        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n---\n\n"
+        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\ncustom_headers:\n"
+        "  cross-origin-embedder-policy: require-corp\n  cross-origin-opener-policy: same-origin\n"
+        "  cross-origin-resource-policy: cross-origin\n---\n\n"
         f"Translates {config.src_lang} → {config.tgt_lang} on the visitor's own device with onnxruntime-web (WASM): "
         "the page, its modules, the ONNX graphs and the tokenizer are static files; no server code runs.\n"
         "Written by aiayn's `aiayn export MODEL --to web --out DIR`.\n"

@@ -13,7 +13,6 @@ from aiayn.search.greedy import greedy_search
 from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
-
 # A length batch holds at most this many sentences and this many padded source tokens.
 MAX_SENTENCES, MAX_TOKENS = 64, 4096
 

@@ -35,6 +35,14 @@ function topK(logProbs, row, vocab, k) {
   return { values, ids };
 }
 
+/** The id of a row's highest log-probability; equal ones go to the lower id (topK with k = 1, without its lists). */
+function argmax(logProbs, row, vocab) {
+  const base = row * vocab;
+  let best = 0;
+  for (let id = 1; id < vocab; id++) if (logProbs[base + id] > logProbs[base + best]) best = id;
+  return best;
+}
+
 /** greedy.py: the most probable next token until </s> or the limit; finished rows leave the state. */
 async function greedy(engine, srcIds, limits) {
   const batch = srcIds.length;
@@ -46,7 +54,7 @@ async function greedy(engine, srcIds, limits) {
   for (let length = 1; length <= longest; length++) {
     let logProbs;
     [logProbs, state] = await engine.step(state, last);
-    const choice = rows.map((_, r) => topK(logProbs, r, engine.vocab, 1).ids[0]);
+    const choice = rows.map((_, r) => argmax(logProbs, r, engine.vocab));
     rows.forEach((sentence, r) => {
       if (choice[r] !== engine.eos) outputs[sentence].push(choice[r]);
     });
