@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ SPACING = [" ", " ", "  ", "\t", " \t "]
 PADDING = ["", " ", "  ", "\t"]
 FIRST_LINE = "Two dogs play in the snow."
 CAPTIONS, QUICK_CAPTIONS = 200, 40  # test captions translated at each beam size (--quick: fewer)
+ROUNDS = 3  # fresh pages; the times are their medians
 
 
 def untidy(lines: Sequence[str], seed: int = 0) -> list[str]:
@@ -132,27 +134,36 @@ class WebFigures:
     size_mb: float
     first_s: float
     lines: int
-    identical: dict[int, int]  # beam → lines equal to `aiayn translate`'s
+    identical: dict[int, int]  # beam → lines equal to `aiayn translate`'s (in the round with fewest)
     ms_per_line: dict[int, float]  # beam → milliseconds per caption
 
 
-def measure_web(model: LoadedModel, captions: Sequence[str], beams: Sequence[int] = (1, 4)) -> WebFigures:
-    """The folder of ``model`` in Chromium on the untidy ``captions``: identity and speed at each beam size."""
+def measure_web(
+    model: LoadedModel, captions: Sequence[str], beams: Sequence[int] = (1, 4), rounds: int = ROUNDS
+) -> WebFigures:
+    """The folder of ``model`` in Chromium on the untidy ``captions``: identity and speed at each beam size. The
+    times are medians of ``rounds`` (each round in a fresh page); every round's translations are compared."""
     lines = untidy(captions)
+    expected = {beam: cli_translations(model, lines, beam) for beam in beams}
+    first, times = [], {beam: [] for beam in beams}
+    identical = dict.fromkeys(beams, len(lines))
     with tempfile.TemporaryDirectory(prefix="aiayn-web-") as tmp:
         out = Path(tmp)
         export_web(model.folder, out)
         size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
         with served_folder(out) as url, chromium() as browser:
-            page, first_s = open_page(browser, url)
-            identical, speed = {}, {}
-            for beam in beams:
-                got, ms = translate_in_page(page, lines, beam)
-                expected = cli_translations(model, lines, beam)
-                identical[beam] = sum(a == b for a, b in zip(got, expected, strict=True))
-                speed[beam] = ms / len(lines)
+            for _ in range(rounds):
+                page, first_s = open_page(browser, url)
+                first.append(first_s)
+                for beam in beams:
+                    got, ms = translate_in_page(page, lines, beam)
+                    same = sum(a == b for a, b in zip(got, expected[beam], strict=True))
+                    identical[beam] = min(identical[beam], same)
+                    times[beam].append(ms / len(lines))
+                page.close()
     pair = f"{model.config.src_lang}-{model.config.tgt_lang}"
-    return WebFigures(pair, size / 1e6, first_s, len(lines), identical, speed)
+    speed = {beam: statistics.median(ms) for beam, ms in times.items()}
+    return WebFigures(pair, size / 1e6, statistics.median(first), len(lines), identical, speed)
 
 
 def web_report(figures: Sequence[WebFigures]) -> str:

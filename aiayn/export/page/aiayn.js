@@ -8,15 +8,15 @@ import { searchAll } from "./search.js";
 import { Codec, TextPipeline } from "./text.js";
 
 async function load() {
-  const [config, tokenizerJson] = await Promise.all([
-    fetch("config.json").then((response) => response.json()),
+  const config = await fetch("config.json").then((response) => response.json());
+  // The graphs load while the tokenizer and sentencex do: the WASM compiles and downloads overlap.
+  const [tokenizerJson, , engine] = await Promise.all([
     fetch("tokenizer.json").then((response) => response.json()),
     initSentencex(),
+    OrtEngine.load(config.web, config),
   ]);
-  const web = config.web;
   const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.model.special_tokens);
-  const text = new TextPipeline(web, config.model.src_lang, codec, segment);
-  const engine = await OrtEngine.load(web, config);
+  const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
   return { config, text, engine };
 }
 
