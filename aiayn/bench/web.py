@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.export.web import export_web
 from aiayn.serve.service import LoadedModel
 
@@ -55,37 +54,19 @@ def untidy(lines: Sequence[str], seed: int = 0) -> list[str]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
-def served_folder(path: Path, timeout_s: float = 30) -> Iterator[str]:
+def served_folder(path: Path) -> Iterator[str]:
     """``python -m http.server`` in ``path`` on a free loopback port, until the block ends: its URL."""
     port = free_port()
     command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(path)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + timeout_s
-        while not answers(url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"`python -m http.server` did not serve {path} at {url}")
-            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/"
+        wait_until_serving(server, url)
         yield url
     finally:
         server.terminate()
         server.wait(timeout=10)
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 @contextmanager
