@@ -86,12 +86,9 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
 def space_readme(folder: ModelFolder) -> str:
     """README.md of the folder: the front matter that makes it a Hugging Face static Space."""
     config = folder.config
-    # The headers make the page cross-origin isolated on a Space, which lets onnxruntime-web run threads.
     return (
         f"---\ntitle: aiayn {config.src_lang}-{config.tgt_lang} in the browser\nemoji: 🌐\ncolorFrom: blue\n"
-        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\ncustom_headers:\n"
-        "  cross-origin-embedder-policy: require-corp\n  cross-origin-opener-policy: same-origin\n"
-        "  cross-origin-resource-policy: cross-origin\n---\n\n"
+        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n---\n\n"
         f"Translates {config.src_lang} → {config.tgt_lang} on the visitor's own device with onnxruntime-web (WASM): "
         "the page, its modules, the ONNX graphs and the tokenizer are static files; no server code runs.\n"
         "Written by aiayn's `aiayn export MODEL --to web --out DIR`.\n"

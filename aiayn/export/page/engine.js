@@ -27,9 +27,10 @@ export class OrtEngine {
     this.decoder = decoder;
   }
 
-  /** Both graphs in WASM; threads only where the page is cross-origin isolated (a plain server is not). */
+  /** Both graphs in WASM on one thread: threads need a cross-origin isolated page, which a plain static server
+   * does not give, and one thread is the setting whose answers were checked against `aiayn translate`. */
   static async load(web, config) {
-    ort.env.wasm.numThreads = globalThis.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency) : 1;
+    ort.env.wasm.numThreads = 1;
     const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
     const [encoder, decoder] = await Promise.all([
       ort.InferenceSession.create(web.encoder, options),
