@@ -25,23 +25,25 @@ class NpmPackage:
     name: str
     version: str
     integrity: str  # npm's dist.integrity: sha512 of the tarball, base64
+    license: str  # SPDX, as its package.json says
     files: tuple[str, ...]  # paths inside the package that the page loads
 
     @property
-    def tarball(self) -> str:
+    def tarball_name(self) -> str:
         return f"{self.name.rsplit('/', 1)[-1]}-{self.version}.tgz"
 
     @property
     def url(self) -> str:
-        return f"{REGISTRY}/{self.name}/-/{self.tarball}"
+        return f"{REGISTRY}/{self.name}/-/{self.tarball_name}"
 
 
 PACKAGES = (
-    # ONNX Runtime's WASM build (the SIMD one; single-threaded without cross-origin isolation).
+    # ONNX Runtime's WASM build (its SIMD one; the page runs it on one thread, engine.js).
     NpmPackage(
         "onnxruntime-web",
         "1.30.0",
         "sha512-q0y+JrrtukXSzsBWEMccVfqX25LRmosXHF+CaRJmg8pZClzcV7svNc4rKY3jL02Vb7QmRMDs1SigqR4CXAfKYQ==",
+        "MIT",
         ("dist/ort.wasm.min.mjs", "dist/ort-wasm-simd-threaded.mjs", "dist/ort-wasm-simd-threaded.wasm"),
     ),
     # tokenizers.js, the tokenizers of transformers.js, on its own: it reads tokenizer.json.
@@ -49,6 +51,7 @@ PACKAGES = (
         "@huggingface/tokenizers",
         "0.2.0",
         "sha512-LidMHe1FpcSYH4vcSjXooda34pC0M8m1gmDOv7SQi6Iv+ib1zX7J3sHBCC9/3FPCkn2k1b55FneVqMRxrr99pg==",
+        "Apache-2.0",
         ("dist/tokenizers.min.mjs",),
     ),
     # Wikimedia's sentencex compiled to WASM: the Rust library under PyPI's sentencex 1.0.32, which cuts every
@@ -57,6 +60,7 @@ PACKAGES = (
         "sentencex-wasm",
         "0.1.31",
         "sha512-fzHf8TMt3YNINIx+aF2NLnkY5JADmxhs/nGIyV7gen41n6YHuA8A8/oHVEg88IJ9lXV6TG0kvgwNJZiiRkVP4A==",
+        "MIT",
         ("sentencex_wasm.js", "sentencex_wasm_bg.wasm"),
     ),
 )
@@ -64,7 +68,7 @@ PACKAGES = (
 
 def tarball(package: NpmPackage, cache_dir: Path = CACHE_DIR) -> bytes:
     """The package's tarball, from the cache or the registry, refused unless its sha512 is the pinned one."""
-    cached = cache_dir / package.tarball
+    cached = cache_dir / package.tarball_name
     if cached.is_file() and matches(cached.read_bytes(), package.integrity):
         return cached.read_bytes()
     try:
@@ -89,17 +93,24 @@ def matches(data: bytes, integrity: str) -> bool:
 
 
 def copy_files(package: NpmPackage, out_dir: Path, cache_dir: Path = CACHE_DIR) -> list[Path]:
-    """The package's ``files`` written flat into ``out_dir`` (npm tarballs hold them under ``package/``)."""
+    """The package's ``files`` written flat into ``out_dir`` (npm tarballs hold them under ``package/``), and its
+    LICENSE file where the tarball has one, as ``LICENSE.<package>.txt``."""
     written = []
     with tarfile.open(fileobj=io.BytesIO(tarball(package, cache_dir)), mode="r:gz") as archive:
+        names = set(archive.getnames())
         for name in package.files:
-            try:
-                member = archive.extractfile(f"package/{name}")
-            except KeyError:
-                member = None
-            if member is None:
+            if f"package/{name}" not in names:
                 raise ValueError(f"{package.name} {package.version} has no file {name}")
-            target = out_dir / Path(name).name
-            target.write_bytes(member.read())
-            written.append(target)
+            written.append(extract(archive, f"package/{name}", out_dir / Path(name).name))
+        if "package/LICENSE" in names:
+            license_file = f"LICENSE.{package.name.rsplit('/', 1)[-1]}.txt"
+            written.append(extract(archive, "package/LICENSE", out_dir / license_file))
     return written
+
+
+def extract(archive: tarfile.TarFile, member: str, target: Path) -> Path:
+    source = archive.extractfile(member)
+    if source is None:  # a folder or a link, not a file
+        raise ValueError(f"{member} in the npm tarball is not a file")
+    target.write_bytes(source.read())
+    return target

@@ -91,7 +91,9 @@ def space_readme(folder: ModelFolder) -> str:
         "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n---\n\n"
         f"Translates {config.src_lang} → {config.tgt_lang} on the visitor's own device with onnxruntime-web (WASM): "
         "the page, its modules, the ONNX graphs and the tokenizer are static files; no server code runs.\n"
-        "Written by aiayn's `aiayn export MODEL --to web --out DIR`.\n"
+        "Written by aiayn's `aiayn export MODEL --to web --out DIR`.\n\nThird-party files, from npm: "
+        + "; ".join(f"{p.name} {p.version} ({p.license})" for p in PACKAGES)
+        + ".\n"
     )
 
 
