@@ -96,7 +96,8 @@ def add_bench(sub: Any) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="fewer sentences and rounds (2 rounds of 40 sentences; the full run: 5 of 300); with --train: fewer steps",
+        help="fewer sentences and rounds (2 rounds of 40 sentences; the full run: 5 of 300); "
+        "with --train: fewer steps",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)
