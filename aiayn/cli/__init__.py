@@ -40,11 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def needs_torch(args: argparse.Namespace) -> bool:
+    """`aiayn export --to web` only copies graphs already exported, so the demo install runs it too."""
+    return args.command in NEEDS_TORCH and not (args.command == "export" and args.to == "web")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.argv = argv  # as typed, for the records that keep the command (training.json)
-    if args.command in NEEDS_TORCH and installed_engine() != "torch":
+    if needs_torch(args) and installed_engine() != "torch":
         print(
             f"aiayn {args.command}: error: needs PyTorch, which the demo install leaves out; "
             f"install everything with `{FULL_INSTALL}`",

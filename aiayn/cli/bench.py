@@ -21,6 +21,14 @@ def cmd_bench(args: argparse.Namespace) -> None:
         corpus = load_split_for(folder, "test_2016_flickr", args.data)
         print(serve_report(measure_crowds(args.model, corpus.src)))
         return
+    if args.web:
+        from aiayn.bench.web import CAPTIONS, QUICK_CAPTIONS, measure_web, web_report
+        from aiayn.serve.service import TranslationService
+
+        test = load_split_for(folder, "test_2016_flickr", args.data)
+        captions = test.src[: QUICK_CAPTIONS if args.quick else CAPTIONS]
+        print(web_report([measure_web(TranslationService(device="cpu").model(args.model), captions)]))
+        return
     if args.sessions:
         from aiayn.bench.sessions import measure_sessions, sessions_report
 
@@ -76,6 +84,12 @@ def add_bench(sub: Any) -> None:
         action="store_true",
         help="`aiayn serve` under a crowd: 16, 100, 200 and 500 visitors at once through the page's API "
         "(answered/s, refused, p50/p90, server CPU per answer, RSS), and the JSON route's sentences/s",
+    )
+    p.add_argument(
+        "--web",
+        action="store_true",
+        help="the folder of `aiayn export --to web` in Chromium: the first translation's time, ms per caption and "
+        "lines identical to `aiayn translate`'s on 200 untidy test captions (--quick: 40), greedy and beam 4",
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: cores to use")

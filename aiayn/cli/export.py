@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import add_data_flag
+from aiayn.cli.args import UserError, add_data_flag
 from aiayn.core.folder import ModelFolder
 from aiayn.core.normalizer import normalize_text
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus, is_multi30k_pair
@@ -50,10 +50,19 @@ def check_set(
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    folder = ModelFolder.open(args.model)
+    if (args.to == "web") != (args.out is not None):
+        raise UserError("--out DIR goes with --to web, and --to web needs it")
+    if args.to == "web":
+        from aiayn.export.web import export_web
+
+        for line in export_web(folder, Path(args.out)):
+            print(line)
+        return
+
     from aiayn.export.checks import export_folder
     from aiayn.model.weights import load_model
 
-    folder = ModelFolder.open(args.model)
     variants = [*(["int8"] if args.quantize == "int8" else []), *(["fp16"] if args.fp16 else [])]
     if args.check_sentences < 0:  # before the slow part
         raise ValueError(f"--check-sentences must be 0 or more, got {args.check_sentences}")
@@ -68,7 +77,14 @@ def add_export(sub: Any) -> None:
     p.add_argument("model", help="bundled model name (en-de, de-en) or model folder")
     p.add_argument("--quantize", choices=("int8",), default=None, help="also write int8 graphs (dynamic quantization)")
     p.add_argument("--fp16", action="store_true", help="also write fp16 graphs (for CUDA)")
-    p.add_argument("--to", choices=("onnx", "ctranslate2"), default="onnx", help="ONNX graphs or a CTranslate2 model")
+    p.add_argument(
+        "--to",
+        choices=("onnx", "ctranslate2", "web"),
+        default="onnx",
+        help="ONNX graphs, a CTranslate2 model, or a static folder that translates in the browser (needs --out; "
+        "no PyTorch)",
+    )
+    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web writes")
     p.add_argument(
         "--check-sentences",
         type=int,

@@ -88,8 +88,9 @@ class ClauseSplitter:
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens  # None: never split
         self.table = conjunctions(src_lang, tgt_lang)
-        words = "|".join(sorted((re.escape(w) for w in self.table), key=len, reverse=True)) or "(?!)"
-        self.boundary = re.compile(rf"(?P<mark>;)\s+|(?P<comma>,)\s+(?P<conj>{words})\s+", re.IGNORECASE)
+        self.words = sorted(self.table, key=len, reverse=True)  # the longest first, as the regex must try them
+        alternatives = "|".join(re.escape(w) for w in self.words) or "(?!)"
+        self.boundary = re.compile(rf"(?P<mark>;)\s+|(?P<comma>,)\s+(?P<conj>{alternatives})\s+", re.IGNORECASE)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode_source(text))  # </s> included, as the encoder reads it

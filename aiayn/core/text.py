@@ -40,10 +40,15 @@ def check_length(text: str, limit: int = MAX_CHARS, what: str = "the text") -> N
         )
 
 
+def opens_sentence(ch: str) -> bool:
+    """An upper-case letter, a digit, or a letter of a script without case."""
+    return ch.isdigit() or (ch.isalpha() and not ch.islower())
+
+
 def starts_sentence(text: str) -> bool:
-    """An upper-case letter, a digit, or a letter of a script without case (after any opening quotes)."""
+    """``opens_sentence`` holds for the first character after any opening quotes or brackets."""
     rest = text.lstrip(OPENING)
-    return bool(rest) and (rest[0].isdigit() or (rest[0].isalpha() and not rest[0].islower()))
+    return bool(rest) and opens_sentence(rest[0])
 
 
 def split_sentences(line: str, language: str) -> list[str]:

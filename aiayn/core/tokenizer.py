@@ -12,7 +12,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from aiayn.core.config import SpecialTokens
-from aiayn.core.normalizer import normalize_text, tidy_normalizer
+from aiayn.core.normalizer import is_tidy, normalize_text, tidy_normalizer
 
 TOKENIZER_FILE = "tokenizer.json"  # the name HF `tokenizers` users expect; a model folder holds it
 SPECIAL_TOKEN_TEXT = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
@@ -22,23 +22,30 @@ METASPACE = "▁"
 class SubwordTokenizer:
     """Text ↔ ids without <s>/</s>; ``decode(encode(x)) == normalize_text(x)`` for known characters.
 
-    ``encode`` tidies the text itself too (``normalize_text``, which the file's own normalizer repeats without
-    change), so folders written before the file carried the text contract give the same ids.
+    A file that carries the text contract (``normalizer.py``) tidies raw text itself, exactly as every runtime
+    that reads it does; a folder written before it has the plain NFKC, and ``encode`` tidies for it
+    (``normalize_text``). Tidying before a tidy file would differ from it: NFKC first turns ``¼`` into ``1⁄4``,
+    whose ``⁄`` the file's first step then drops alone, where the file itself drops the whole ``¼``.
     """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
+        self.tidies_itself = is_tidy(tokenizer)
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(normalize_text(text), add_special_tokens=False).ids
+        return self.tokenizer.encode(self.tidy(text), add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        encodings = self.tokenizer.encode_batch([normalize_text(t) for t in texts], add_special_tokens=False)
+        encodings = self.tokenizer.encode_batch([self.tidy(t) for t in texts], add_special_tokens=False)
         return [e.ids for e in encodings]
+
+    def tidy(self, text: str) -> str:
+        """``text`` as the file's tokenizer should get it: as it is, or tidied for a plain-NFKC file."""
+        return text if self.tidies_itself else normalize_text(text)
 
     def unknown_characters(self, text: str) -> set[str]:
         """Characters of ``text`` that the vocabulary lacks: alone they encode to ``<unk>``, or to nothing where

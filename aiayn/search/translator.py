@@ -19,6 +19,9 @@ from aiayn.search.greedy import EXTRA_LEN, greedy_search
 from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
+# A length batch holds at most this many sentences and this many padded source tokens.
+MAX_SENTENCES, MAX_TOKENS = 64, 4096
+
 
 class TextCodec(Protocol):
     def encode_source(self, text: str) -> list[int]: ...
@@ -73,8 +76,8 @@ class Translator:
         engine: StepModel[Any],
         tokenizer: TextCodec,
         max_src_len: int,
-        max_sentences: int = 64,
-        max_tokens: int = 4096,
+        max_sentences: int = MAX_SENTENCES,
+        max_tokens: int = MAX_TOKENS,
         lanes: int = 1,
     ) -> None:
         if lanes < 1:

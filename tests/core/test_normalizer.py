@@ -108,3 +108,13 @@ def test_an_old_folder_is_tidied_in_place(bundled: dict[str, Path], tmp_path: Pa
     assert folder.tidy_tokenizer() and not folder.tidy_tokenizer()
     assert (tmp_path / "tokenizer.json").read_bytes() == (bundled["en-de"] / "tokenizer.json").read_bytes()
     assert SubwordTokenizer.load(tmp_path).encode("A dog.") == folder.tokenizer.encode("A dog.")
+
+
+def test_the_service_encodes_every_code_point_as_the_file_alone_does(bundled: dict[str, Path]) -> None:
+    """What a browser's tokenizers.js gets from the file: ``¼`` (NFKC ``1⁄4``, its ``⁄`` outside the vocabulary)
+    is left out whole, not read as ``14``."""
+    folder = bundled["en-de"]
+    service, tidy = SubwordTokenizer.load(folder), Tokenizer.from_file(str(folder / "tokenizer.json"))
+    texts = [f"a{c}b" for c in code_points()[::3]] + ["¼ Ŀ ǅ"]
+    assert service.encode_batch(texts) == file_ids(tidy, texts)
+    assert service.unknown_characters("¼ Ŀ ǅ") == {"¼", "Ŀ", "ǅ"}

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BLOCK_TORCH = """
 import sys
 
@@ -94,3 +96,19 @@ def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:
             f"aiayn {command[0]}: error: needs PyTorch, which the demo install leaves out; "
             'install everything with `pip install torch==2.13.0 -e ".[dev]"`'
         ]
+
+
+def test_export_to_web_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:
+    """The browser folder only copies graphs already exported: the demo install writes it too."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "web", "--out", str(tmp_path / "site")],
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if "could not download" in result.stderr:
+        pytest.skip(f"the npm registry is unreachable: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "site" / "index.html").is_file() and "MB" in result.stdout

@@ -1,0 +1,116 @@
+"""The browser's libraries: pinned npm packages, fetched from the registry once, checked, and cached.
+
+The web folder (``web.py``) copies a few files out of each package, so it works offline and as a static
+Space, and nobody needs Node: the tarballs come over HTTPS from registry.npmjs.org, each refused unless its
+sha512 is the one pinned here (npm's ``dist.integrity``), and are kept in a cache for the next export.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import tarfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REGISTRY = "https://registry.npmjs.org"
+CACHE_DIR = Path(os.environ.get("AIAYN_NPM_CACHE", Path.home() / ".cache" / "aiayn" / "npm"))
+
+
+@dataclass(frozen=True)
+class NpmPackage:
+    name: str
+    version: str
+    integrity: str  # npm's dist.integrity: sha512 of the tarball, base64
+    license: str  # SPDX, as its package.json says
+    files: tuple[str, ...]  # paths inside the package that the page loads
+
+    @property
+    def tarball_name(self) -> str:
+        return f"{self.name.rsplit('/', 1)[-1]}-{self.version}.tgz"
+
+    @property
+    def url(self) -> str:
+        return f"{REGISTRY}/{self.name}/-/{self.tarball_name}"
+
+
+PACKAGES = (
+    # ONNX Runtime's WASM build (its SIMD one; the page runs it on one thread, engine.js).
+    NpmPackage(
+        "onnxruntime-web",
+        "1.30.0",
+        "sha512-q0y+JrrtukXSzsBWEMccVfqX25LRmosXHF+CaRJmg8pZClzcV7svNc4rKY3jL02Vb7QmRMDs1SigqR4CXAfKYQ==",
+        "MIT",
+        ("dist/ort.wasm.min.mjs", "dist/ort-wasm-simd-threaded.mjs", "dist/ort-wasm-simd-threaded.wasm"),
+    ),
+    # tokenizers.js, the tokenizers of transformers.js, on its own: it reads tokenizer.json.
+    NpmPackage(
+        "@huggingface/tokenizers",
+        "0.2.0",
+        "sha512-LidMHe1FpcSYH4vcSjXooda34pC0M8m1gmDOv7SQi6Iv+ib1zX7J3sHBCC9/3FPCkn2k1b55FneVqMRxrr99pg==",
+        "Apache-2.0",
+        ("dist/tokenizers.min.mjs",),
+    ),
+    # Wikimedia's sentencex compiled to WASM: the Rust library under PyPI's sentencex 1.0.32, which cuts every
+    # Multi30k line (en, de, fr, cs) exactly as it does (docs/onnx.md#the-browser).
+    NpmPackage(
+        "sentencex-wasm",
+        "0.1.31",
+        "sha512-fzHf8TMt3YNINIx+aF2NLnkY5JADmxhs/nGIyV7gen41n6YHuA8A8/oHVEg88IJ9lXV6TG0kvgwNJZiiRkVP4A==",
+        "MIT",
+        ("sentencex_wasm.js", "sentencex_wasm_bg.wasm"),
+    ),
+)
+
+
+def tarball(package: NpmPackage, cache_dir: Path = CACHE_DIR) -> bytes:
+    """The package's tarball, from the cache or the registry, refused unless its sha512 is the pinned one."""
+    cached = cache_dir / package.tarball_name
+    if cached.is_file() and matches(cached.read_bytes(), package.integrity):
+        return cached.read_bytes()
+    try:
+        with urllib.request.urlopen(package.url, timeout=120) as response:
+            data = response.read()
+    except OSError as err:
+        raise FileNotFoundError(
+            f"could not download {package.url} ({err}); check the connection, or put the file at {cached}"
+        ) from None
+    if not matches(data, package.integrity):
+        raise ValueError(f"{package.url} is not the pinned {package.name} {package.version} (its sha512 differs)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(cached.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(cached)
+    return data
+
+
+def matches(data: bytes, integrity: str) -> bool:
+    algorithm, _, digest = integrity.partition("-")
+    return base64.b64encode(hashlib.new(algorithm, data).digest()).decode() == digest
+
+
+def copy_files(package: NpmPackage, out_dir: Path, cache_dir: Path = CACHE_DIR) -> list[Path]:
+    """The package's ``files`` written flat into ``out_dir`` (npm tarballs hold them under ``package/``), and its
+    LICENSE file where the tarball has one, as ``LICENSE.<package>.txt``."""
+    written = []
+    with tarfile.open(fileobj=io.BytesIO(tarball(package, cache_dir)), mode="r:gz") as archive:
+        names = set(archive.getnames())
+        for name in package.files:
+            if f"package/{name}" not in names:
+                raise ValueError(f"{package.name} {package.version} has no file {name}")
+            written.append(extract(archive, f"package/{name}", out_dir / Path(name).name))
+        if "package/LICENSE" in names:
+            license_file = f"LICENSE.{package.name.rsplit('/', 1)[-1]}.txt"
+            written.append(extract(archive, "package/LICENSE", out_dir / license_file))
+    return written
+
+
+def extract(archive: tarfile.TarFile, member: str, target: Path) -> Path:
+    source = archive.extractfile(member)
+    if source is None:  # a folder or a link, not a file
+        raise ValueError(f"{member} in the npm tarball is not a file")
+    target.write_bytes(source.read())
+    return target

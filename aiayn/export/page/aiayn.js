@@ -1,0 +1,50 @@
+// aiayn in the browser: `await window.aiayn.translate(lines, { beam })` gives the lines' translations, in order,
+// as `aiayn translate` gives them. Everything comes from this folder: the model's config.json and tokenizer.json,
+// the graphs, and the pinned npm files beside this module.
+import initSentencex, { segment } from "./sentencex_wasm.js";
+import { Tokenizer } from "./tokenizers.min.mjs";
+import { OrtEngine } from "./engine.js";
+import { searchAll } from "./search.js";
+import { Codec, TextPipeline } from "./text.js";
+
+async function load() {
+  const config = await fetch("config.json").then((response) => response.json());
+  // The graphs load while the tokenizer and sentencex do: the WASM compiles and downloads overlap.
+  const [tokenizerJson, , engine] = await Promise.all([
+    fetch("tokenizer.json").then((response) => response.json()),
+    initSentencex(),
+    OrtEngine.load(config.web, config),
+  ]);
+  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.model.special_tokens);
+  const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
+  return { config, text, engine };
+}
+
+const loaded = load();
+
+/** The translations of `lines` (strings without line breaks); beam 1 is greedy. */
+async function translate(lines, { beam = 4 } = {}) {
+  if (!Array.isArray(lines) || !lines.every((line) => typeof line === "string")) {
+    throw new TypeError("translate(lines): lines must be an array of strings");
+  }
+  if (!Number.isInteger(beam) || beam < 1) throw new RangeError(`beam must be a positive integer, got ${beam}`);
+  const { config, text, engine } = await loaded;
+  const broken = lines.findIndex((line) => text.splitLines(line).length > 1);
+  if (broken >= 0) throw new RangeError(`line ${broken + 1} holds a line break; give one line per item`);
+  const prepared = text.prepare(lines.map((line) => text.splitLines(line)[0] ?? ""));
+  const outIds = await searchAll(engine, prepared.srcIds, config.web, beam);
+  return text.assemble(prepared, outIds);
+}
+
+/** A text as the page's box holds it, translated line by line. */
+async function translateText(source, { beam = 4 } = {}) {
+  const { text } = await loaded;
+  return (await translate(text.splitLines(source), { beam })).join("\n");
+}
+
+export const aiayn = {
+  ready: loaded.then(({ config }) => ({ src: config.model.src_lang, tgt: config.model.tgt_lang })),
+  translate,
+  translateText,
+};
+window.aiayn = aiayn;

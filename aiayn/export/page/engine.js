@@ -1,0 +1,94 @@
+// The contract's encoder.onnx and decoder.onnx in onnxruntime-web (docs/onnx.md, "Decoding with the graphs"),
+// behind the step interface of aiayn/search/step.py: start, step, select. The state between steps is plain
+// typed arrays with their shapes: the cross-attention keys/values, the source mask, the self-attention cache.
+import * as ort from "./ort.wasm.min.mjs";
+
+function tensor(type, data, dims) {
+  return new ort.Tensor(type, data, dims);
+}
+
+/** Rows of a (rows, ...) array, in the order of `rows` (repeated or dropped as they say). */
+function gather(array, rows) {
+  const size = array.dims[0] ? array.data.length / array.dims[0] : 0;
+  const data = new array.data.constructor(rows.length * size);
+  rows.forEach((row, i) => data.set(array.data.subarray(row * size, (row + 1) * size), i * size));
+  return { data, dims: [rows.length, ...array.dims.slice(1)] };
+}
+
+export class OrtEngine {
+  constructor(web, config, encoder, decoder) {
+    this.web = web;
+    const special = config.model.special_tokens;
+    this.bos = special.bos;
+    this.eos = special.eos;
+    this.pad = special.pad;
+    this.vocab = config.model.vocab_size;
+    this.encoder = encoder;
+    this.decoder = decoder;
+  }
+
+  /** Both graphs in WASM on one thread: threads need a cross-origin isolated page, which a plain static server
+   * does not give, and one thread is the setting whose answers were checked against `aiayn translate`. */
+  static async load(web, config) {
+    ort.env.wasm.numThreads = 1;
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    // One after the other: created at once, the two sessions opened later (a page's first translation at 8-15 s
+    // against 3-11 s in alternating runs on a busy machine).
+    const encoder = await ort.InferenceSession.create(web.encoder, options);
+    const decoder = await ort.InferenceSession.create(web.decoder, options);
+    return new OrtEngine(web, config, encoder, decoder);
+  }
+
+  /** Encode a batch of source id lists (each ending in </s>), right-padded. */
+  async start(srcIds) {
+    const rows = srcIds.length;
+    const width = Math.max(...srcIds.map((ids) => ids.length));
+    const ids = new BigInt64Array(rows * width).fill(BigInt(this.pad));
+    const mask = new Uint8Array(rows * width);
+    srcIds.forEach((row, r) =>
+      row.forEach((id, i) => {
+        ids[r * width + i] = BigInt(id);
+        mask[r * width + i] = 1;
+      }),
+    );
+    const { names, cross, past, kv_shape: kvShape } = this.web;
+    const out = await this.encoder.run({ [names.src_ids]: tensor("int64", ids, [rows, width]) }, cross);
+    const empty = { data: new Float32Array(0), dims: [rows, ...kvShape.slice(0, 1), 0, ...kvShape.slice(1)] };
+    return {
+      offset: 0,
+      mask: { data: mask, dims: [rows, width] },
+      cross: cross.map((name) => ({ data: out[name].data, dims: out[name].dims })),
+      past: past.map(() => empty),
+    };
+  }
+
+  /** Feed one token per row after the cache: (the next token's log-probabilities (rows × vocab), the state). */
+  async step(state, tokens) {
+    const { names, cross, past, present } = this.web;
+    const rows = tokens.length;
+    const feeds = {
+      [names.tgt_ids]: tensor("int64", BigInt64Array.from(tokens, BigInt), [rows, 1]),
+      [names.position_offset]: tensor("int64", BigInt64Array.of(BigInt(state.offset)), []),
+      [names.src_mask]: tensor("bool", state.mask.data, state.mask.dims),
+    };
+    cross.forEach((name, i) => (feeds[name] = tensor("float32", state.cross[i].data, state.cross[i].dims)));
+    past.forEach((name, i) => (feeds[name] = tensor("float32", state.past[i].data, state.past[i].dims)));
+    const out = await this.decoder.run(feeds, [names.log_probs, ...present]);
+    const next = {
+      ...state,
+      offset: state.offset + 1,
+      past: present.map((name) => ({ data: out[name].data, dims: out[name].dims })),
+    };
+    return [out[names.log_probs].data, next];
+  }
+
+  /** Keep, repeat or reorder rows of the state: row i of the result is rows[i]. */
+  select(state, rows) {
+    return {
+      offset: state.offset,
+      mask: gather(state.mask, rows),
+      cross: state.cross.map((array) => gather(array, rows)),
+      past: state.past.map((array) => gather(array, rows)),
+    };
+  }
+}

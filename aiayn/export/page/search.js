@@ -1,0 +1,169 @@
+// The search of aiayn/search/ (greedy.py, beam.py, translator.py) over the engine of engine.js, step for step:
+// the same length batches, length cap (real source length + max_extra_len), candidate order, ties (the lower
+// token id, then the lower beam), GNMT length penalty and finishing rules, so the outputs are NumPy's.
+// Scores are JavaScript numbers, float64 like NumPy's, summed from the graph's float32 log-probabilities.
+
+/** Sentence indices by similar length (longest first), capped by sentences and padded tokens. */
+function lengthBatches(lengths, maxSentences, maxTokens) {
+  const order = [...lengths.keys()].sort((a, b) => lengths[b] - lengths[a]);
+  const batches = [];
+  for (const i of order) {
+    const last = batches.at(-1);
+    if (last && last.length < maxSentences && lengths[last[0]] * (last.length + 1) <= maxTokens) last.push(i);
+    else batches.push([i]);
+  }
+  return batches;
+}
+
+/** The k best values of one row of log-probabilities, best first, equal values by the lower id (ONNX TopK). */
+function topK(logProbs, row, vocab, k) {
+  const values = [];
+  const ids = [];
+  const base = row * vocab;
+  for (let id = 0; id < vocab; id++) {
+    const value = logProbs[base + id];
+    if (values.length === k && !(value > values[k - 1])) continue;
+    let at = values.length;
+    while (at > 0 && value > values[at - 1]) at -= 1; // after every equal one: the lower id stays first
+    values.splice(at, 0, value);
+    ids.splice(at, 0, id);
+    if (values.length > k) {
+      values.pop();
+      ids.pop();
+    }
+  }
+  return { values, ids };
+}
+
+/** The id of a row's highest log-probability; equal ones go to the lower id (topK with k = 1, without its lists). */
+function argmax(logProbs, row, vocab) {
+  const base = row * vocab;
+  let best = 0;
+  for (let id = 1; id < vocab; id++) if (logProbs[base + id] > logProbs[base + best]) best = id;
+  return best;
+}
+
+/** greedy.py: the most probable next token until </s> or the limit; finished rows leave the state. */
+async function greedy(engine, srcIds, limits) {
+  const batch = srcIds.length;
+  const outputs = srcIds.map(() => []);
+  let state = await engine.start(srcIds);
+  let rows = [...Array(batch).keys()];
+  let last = rows.map(() => engine.bos);
+  const longest = Math.max(...limits);
+  for (let length = 1; length <= longest; length++) {
+    let logProbs;
+    [logProbs, state] = await engine.step(state, last);
+    const choice = rows.map((_, r) => argmax(logProbs, r, engine.vocab));
+    rows.forEach((sentence, r) => {
+      if (choice[r] !== engine.eos) outputs[sentence].push(choice[r]);
+    });
+    const going = rows.map((sentence, r) => choice[r] !== engine.eos && limits[sentence] > length);
+    if (!going.some(Boolean)) break;
+    if (!going.every(Boolean)) {
+      const kept = going.flatMap((g, r) => (g ? [r] : []));
+      state = engine.select(state, kept);
+      rows = kept.map((r) => rows[r]);
+      last = kept.map((r) => choice[r]);
+    } else {
+      last = choice;
+    }
+  }
+  return outputs;
+}
+
+/** beam.py's beam_search: up to k finished hypotheses per sentence, the best by log-probability / lp(length). */
+async function beam(engine, srcIds, k, alpha, limits) {
+  const batch = srcIds.length;
+  const eos = engine.eos;
+  const finished = srcIds.map(() => []);
+  const repeated = [...Array(batch).keys()].flatMap((r) => Array(k).fill(r));
+  let state = engine.select(await engine.start(srcIds), repeated); // row r * k + b: beam b of sentence r
+  let active = [...Array(batch).keys()];
+  let scores = active.map(() => Array.from({ length: k }, (_, b) => (b === 0 ? 0 : -Infinity)));
+  let tokens = active.map(() => Array.from({ length: k }, () => []));
+  let last = repeated.map(() => engine.bos);
+  const longest = Math.max(...limits);
+  for (let length = 1; length <= longest; length++) {
+    let logProbs;
+    [logProbs, state] = await engine.step(state, last);
+    const kk = Math.min(2 * k, engine.vocab);
+    const m = Math.min(2 * k, k * kk);
+    const penalty = ((5 + length) / 6) ** alpha;
+    const next = { beams: [], scores: [], tokens: [] };
+    active.forEach((sentence, r) => {
+      // Columns beam by beam, each beam's tokens best first: among equal scores, the (beam, token) order.
+      const candidates = [];
+      for (let b = 0; b < k; b++) {
+        const top = topK(logProbs, r * k + b, engine.vocab, kk);
+        top.values.forEach((value, j) => candidates.push({ score: scores[r][b] + value, parent: b, token: top.ids[j] }));
+      }
+      const best = candidates
+        .map((c, column) => [c, column])
+        .sort(([a, i], [b, j]) => (a.score > b.score ? -1 : a.score < b.score ? 1 : i - j))
+        .slice(0, m)
+        .map(([c]) => c);
+      const beams = Array(k).fill(0); // dead beams copy beam 0 and are fed </s>, their outputs ignored
+      const beamScores = Array(k).fill(-Infinity);
+      const newTokens = Array(k).fill(eos);
+      let liveAbove = 0;
+      for (const c of best) {
+        const finite = Number.isFinite(c.score);
+        if (finite && c.token === eos && liveAbove < k) {
+          const output = tokens[r][c.parent].slice();
+          finished[sentence].push({ tokens: output, logProb: c.score, score: c.score / penalty });
+        } else if (finite && c.token !== eos) {
+          if (liveAbove < k) {
+            beams[liveAbove] = c.parent;
+            beamScores[liveAbove] = c.score;
+            newTokens[liveAbove] = c.token;
+          }
+          liveAbove += 1;
+        }
+      }
+      next.beams.push(beams);
+      next.scores.push(beamScores);
+      next.tokens.push(beams.map((parent, b) => [...tokens[r][parent], newTokens[b]]));
+    });
+    scores = next.scores;
+    tokens = next.tokens;
+    const going = active.map((sentence, r) => {
+      const atLimit = limits[sentence] <= length;
+      if (atLimit) {
+        scores[r].forEach((score, b) => {
+          if (Number.isFinite(score)) finished[sentence].push({ tokens: tokens[r][b], logProb: score, score: score / penalty });
+        });
+      }
+      return !atLimit && finished[sentence].length < k && Number.isFinite(scores[r][0]);
+    });
+    if (!going.some(Boolean)) break;
+    const kept = going.flatMap((g, r) => (g ? [r] : []));
+    state = engine.select(state, kept.flatMap((r) => next.beams[r].map((parent) => r * k + parent)));
+    active = kept.map((r) => active[r]);
+    scores = kept.map((r) => scores[r]);
+    tokens = kept.map((r) => tokens[r]);
+    last = tokens.flatMap((beams) => beams.map((output) => output.at(-1)));
+  }
+  return finished.map((hyps) => {
+    const ranked = hyps.map((h, i) => [h, i]).sort(([a, i], [b, j]) => b.score - a.score || i - j);
+    return ranked.length ? ranked[0][0].tokens : [];
+  });
+}
+
+/** Translator.outputs: the output ids of each source id list (each ending in </s>), searched in length batches. */
+export async function searchAll(engine, srcIds, settings, beamSize) {
+  const outputs = srcIds.map(() => []);
+  const lengths = srcIds.map((ids) => ids.length);
+  for (const batch of lengthBatches(lengths, settings.max_sentences, settings.max_tokens)) {
+    const rows = batch.map((i) => srcIds[i]);
+    const limits = rows.map((ids) => ids.length + settings.max_extra_len);
+    const results =
+      beamSize === 1
+        ? await greedy(engine, rows, limits)
+        : await beam(engine, rows, beamSize, settings.length_penalty, limits);
+    batch.forEach((i, j) => {
+      outputs[i] = results[j];
+    });
+  }
+  return outputs;
+}

@@ -1,0 +1,126 @@
+"""`aiayn export MODEL --to web`: a static folder that translates in the visitor's browser with onnxruntime-web.
+
+The folder holds the page and its ES modules (``page/``), the contract's fp32 graphs, the model folder's
+``tokenizer.json`` and ``config.json`` and the pinned npm files (``npm.py``); any static file server serves it,
+a Hugging Face static Space included. The modules port the CLI's text pipeline and search line by line; every
+rule they need that Python knows (the white space ``str.split`` splits on, which characters start a sentence,
+the clause table, the batching limits) is written here into ``config.json``'s ``web`` section, never
+repeated in the JavaScript. Torch-free: the graphs are already exported.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from aiayn.core.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END
+from aiayn.core.contract import (
+    DECODER_FILE,
+    ENCODER_FILE,
+    LOG_PROBS,
+    POSITION_OFFSET,
+    SRC_IDS,
+    SRC_MASK,
+    TGT_IDS,
+    kv_names,
+)
+from aiayn.core.folder import CONFIG_FILE, ModelFolder
+from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
+from aiayn.core.text import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
+from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
+from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
+from aiayn.search.translator import MAX_SENTENCES, MAX_TOKENS
+
+PAGE_DIR = Path(__file__).with_name("page")
+WEB_SECTION = "web"
+# fp32: int8 is smaller on the wire but no faster here and translates differently from `aiayn translate`
+# (docs/onnx.md#the-browser has the figures).
+VARIANT = "fp32"
+
+
+def web_section(folder: ModelFolder) -> dict[str, Any]:
+    """What the page's modules need beyond the model's config: graph and tensor names, and the CLI's text rules."""
+    config, splitter, settings = folder.config, folder.clause_splitter(), folder.search_settings()
+    points = code_points()
+    return {
+        "variant": VARIANT,
+        "encoder": ENCODER_FILE,
+        "decoder": DECODER_FILE,
+        "names": {
+            "src_ids": SRC_IDS,
+            "tgt_ids": TGT_IDS,
+            "position_offset": POSITION_OFFSET,
+            "src_mask": SRC_MASK,
+            "log_probs": LOG_PROBS,
+        },
+        "cross": kv_names(config, "cross"),
+        "past": kv_names(config, "past"),
+        "present": kv_names(config, "present"),
+        "kv_shape": [config.n_heads, config.d_head],
+        # Text (core/text.py): regexes as character classes of the characters themselves (normalizer.py).
+        "line_break": LINE_BREAK.pattern,
+        "other_breaks": OTHER_BREAKS.pattern,
+        "whitespace": WHITESPACE_RUN.removesuffix("+"),
+        "alnum": char_class(c for c in points if c.isalnum()),
+        "opens_sentence": char_class(c for c in points if opens_sentence(c)),
+        "opening": OPENING,
+        "max_sentence_tokens": min(MAX_SENTENCE_TOKENS, config.max_len),
+        "max_src_len": config.max_len,
+        # Clauses (core/clauses.py): the source words, longest first, and what each becomes.
+        "split_over_tokens": splitter.max_tokens,
+        "conjunctions": [[word, splitter.table[word]] for word in splitter.words],
+        "min_piece_tokens": MIN_PIECE_TOKENS,
+        "max_depth": MAX_DEPTH,
+        "sentence_end": list(SENTENCE_END),
+        # Search (search/translator.py).
+        "length_penalty": settings.length_penalty,
+        "max_extra_len": settings.max_extra_len,
+        "max_sentences": MAX_SENTENCES,
+        "max_tokens": MAX_TOKENS,
+    }
+
+
+def space_readme(folder: ModelFolder) -> str:
+    """README.md of the folder: the front matter that makes it a Hugging Face static Space."""
+    config = folder.config
+    return (
+        f"---\ntitle: aiayn {config.src_lang}-{config.tgt_lang} in the browser\nemoji: 🌐\ncolorFrom: blue\n"
+        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n---\n\n"
+        f"Translates {config.src_lang} → {config.tgt_lang} on the visitor's own device with onnxruntime-web (WASM): "
+        "the page, its modules, the ONNX graphs and the tokenizer are static files; no server code runs.\n"
+        "Written by aiayn's `aiayn export MODEL --to web --out DIR`.\n\nThird-party files, from npm: "
+        + "; ".join(f"{p.name} {p.version} ({p.license})" for p in PACKAGES)
+        + ".\n"
+    )
+
+
+def export_web(folder: ModelFolder, out_dir: Path, cache_dir: Path = CACHE_DIR) -> list[str]:
+    """Write the static folder; the report lines name its size. The graphs are checked against the folder first
+    (its weights and config, the contract), as every engine checks them."""
+    OnnxEngine.load(folder, device="cpu", variant=VARIANT, threads=1)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"--out {out_dir} is a file; give a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for graph in (ENCODER_FILE, DECODER_FILE):
+        shutil.copyfile(folder.onnx_file(graph, VARIANT), out_dir / graph)
+    tokenizer = folder.tokenizer.tokenizer
+    if not is_tidy(tokenizer):  # a folder written before the text contract moved into the file
+        tokenizer = tidied(tokenizer, SPECIAL_TOKEN_TEXT.values())
+    SubwordTokenizer(tokenizer).save(out_dir / TOKENIZER_FILE)
+    sections = {**folder.sections, WEB_SECTION: web_section(folder)}
+    (out_dir / CONFIG_FILE).write_text(json.dumps(sections, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    for page_file in sorted(PAGE_DIR.iterdir()):
+        if page_file.is_file():
+            shutil.copyfile(page_file, out_dir / page_file.name)
+    (out_dir / "README.md").write_text(space_readme(folder), encoding="utf-8")
+    for package in PACKAGES:
+        copy_files(package, out_dir, cache_dir)
+    size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
+    versions = ", ".join(f"{p.name} {p.version}" for p in PACKAGES)
+    return [
+        f"wrote {out_dir}: {size / 1e6:.1f} MB ({VARIANT} graphs; {versions})",
+        f"try it: python -m http.server --directory {out_dir}, then open http://127.0.0.1:8000/",
+    ]
