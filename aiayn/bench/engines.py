@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
+from aiayn.engines.load import translator_for
 from aiayn.search.translator import SearchSettings
 
 THREADS = 2  # intra-op threads of every engine
@@ -57,7 +58,7 @@ def step_translate(engine: Any, folder: ModelFolder) -> Translate:
     """An engine of ours through the one search, batched as the bench asks."""
 
     def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
-        translator = folder.translator(engine, max_sentences=batch, max_tokens=10**9)
+        translator = translator_for(folder, engine, max_sentences=batch, max_tokens=10**9)
         return translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam))
 
     return run

@@ -1,12 +1,16 @@
-"""Opening a model folder's step engine by name: ONNX Runtime, or PyTorch where it is installed."""
+"""Opening a model folder for translation: its step engine by name (ONNX Runtime, or PyTorch where it is
+installed), the translator over an engine, and the folder's decoding defaults."""
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
+from aiayn.search.step import StepModel
+from aiayn.search.translator import SearchSettings, Translator
 
 # onnx: the fastest ONNX Runtime engine for the device (on a CPU the serving graphs built from the weights,
 # ``fused.py``; on a GPU the contract's graphs); onnx-portable: the contract's graphs everywhere (the reference);
@@ -55,3 +59,14 @@ def load_engine(
     if engine == "onnx" and portable.provider == CPU and variant in FUSED_VARIANTS:  # auto found no GPU
         return FusedOnnxEngine.load(folder, threads, int8=variant == "int8")
     return portable
+
+
+def translator_for(folder: ModelFolder, engine: StepModel[Any], **batching: int) -> Translator:
+    """Text in, text out over ``engine`` with ``folder``'s tokenizer and length limit."""
+    return Translator(engine, folder.tokenizer, folder.config.max_len, **batching)
+
+
+def search_settings_for(folder: ModelFolder, **changes: Any) -> SearchSettings:
+    """``folder``'s decoding defaults (its length penalty, if tuned on val), then ``changes``."""
+    penalty = folder.length_penalty()
+    return replace(SearchSettings() if penalty is None else SearchSettings(length_penalty=penalty), **changes)

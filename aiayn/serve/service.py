@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.core.clauses import Clause
 from aiayn.core.folder import ModelFolder
-from aiayn.core.text import (
+from aiayn.engines.load import load_engine, search_settings_for, translator_for
+from aiayn.search.output import Output, mean_log_prob
+from aiayn.serve.batching import SearchBatcher
+from aiayn.serve.clauses import Clause, ClauseSplitter
+from aiayn.serve.text import (
     MAX_FILE_CHARS,
     MAX_SENTENCE_TOKENS,
     InputTooLong,
@@ -27,9 +30,6 @@ from aiayn.core.text import (
     reassemble,
     split_long,
 )
-from aiayn.engines.load import load_engine
-from aiayn.search.output import Output, mean_log_prob
-from aiayn.serve.batching import SearchBatcher
 
 MAX_BEAM = 8
 # A translation with fewer tokens than this share of its source's probably left part of it out (on Multi30k val
@@ -89,17 +89,18 @@ class Result:
 
 class LoadedModel:
     """One model folder ready to translate: engine, tokenizer and the translator over them. ``split_clauses=False``
-    translates every sentence whole, as another runtime given the same sentences would (``core/clauses.py``)."""
+    translates every sentence whole, as another runtime given the same sentences would (``serve/clauses.py``)."""
 
     def __init__(self, folder: ModelFolder, engine: Any, split_clauses: bool = True) -> None:
         self.folder = folder
         self.config = folder.config
         self.tokenizer = folder.tokenizer
         self.engine = engine
-        self.translator = folder.translator(engine)
+        self.translator = translator_for(folder, engine)
         self.batcher = SearchBatcher(self.translator)
-        self.search = folder.search_settings()
-        self.clauses = folder.clause_splitter(split_clauses)
+        self.search = search_settings_for(folder)
+        limit = folder.clause_limit() if split_clauses else None
+        self.clauses = ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
         self.min_mean_log_prob = folder.min_mean_log_prob()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
