@@ -90,7 +90,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
             kept += done.kept
             short += [number * CHUNK_LINES + line + 1 for line in done.short_lines]
             unsure += [number * CHUNK_LINES + line + 1 for line in done.unsure_lines]
-            refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in prepared.refusals()]
+            refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in done.refused]
     report(sorted(left_out), kept, short, unsure, refused)
 
 

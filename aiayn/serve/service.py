@@ -63,27 +63,17 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class Translation:
-    """A translated text with what the page and the CLI tell about it."""
+class Result:
+    """A translated text with what the page, the API and the CLI tell about it."""
 
     text: str
+    provider: str
+    latency_ms: float  # the search's, for every request searched together with this one
     sentences: int
     left_out: list[str]
     kept: int  # sentences without a single known word, passed through as they are
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
-
-
-@dataclass(frozen=True)
-class Result:
-    text: str
-    provider: str
-    latency_ms: float
-    sentences: int
-    left_out: list[str]
-    kept: int
-    short_lines: list[int]
-    unsure_lines: list[int]
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
 
 
@@ -140,25 +130,29 @@ class LoadedModel:
                 clauses += cut
         return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
 
-    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
+    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Result:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.translator.outputs(prepared.src_ids, settings, on_batch))
+        started = time.perf_counter()
+        outputs = self.translator.outputs(prepared.src_ids, settings, on_batch)
+        return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def translate(self, text: str, beam_size: int) -> Translation:
+    def translate(self, text: str, beam_size: int) -> Result:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
         other requests of the moment (``batching.py``); refused whole if any sentence is."""
         prepared = self.prepare(text)
         refuse_any(prepared.refusals())
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.batcher.outputs(prepared.src_ids, settings))
+        started = time.perf_counter()
+        outputs = self.batcher.outputs(prepared.src_ids, settings)
+        return self.assemble(prepared, outputs, milliseconds_since(started))
 
     def submit(self, text: str, beam_size: int) -> tuple[Prepared, Future[list[Output]]]:
         """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
         prepared = self.prepare(text)
         return prepared, self.batcher.submit(prepared.src_ids, replace(self.search, beam_size=beam_size))
 
-    def assemble(self, prepared: Prepared, outputs: list[Output]) -> Translation:
+    def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines."""
         out_ids = [output.tokens for output in outputs]
         per_sentence = list(prepared.shape.sentences)
@@ -167,13 +161,16 @@ class LoadedModel:
         for index, clause, ids in zip(prepared.owner, prepared.clauses, out_ids, strict=True):
             piece = self.clauses.render(clause, self.tokenizer.decode(ids))
             per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
-        return Translation(
+        return Result(
             reassemble(prepared.shape, per_sentence) if per_sentence else "",
+            self.provider,
+            latency_ms,
             len(per_sentence),
             prepared.left_out,
             len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
             short_lines(prepared, out_ids),
             unsure_lines(prepared, outputs, self.min_mean_log_prob),
+            prepared.refusals(),
         )
 
     def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
@@ -182,6 +179,10 @@ class LoadedModel:
         weights = self.engine.cross_attention(np.array([src_ids]), np.array([decoder_in]))[0]
         tokens = self.tokenizer.tokens
         return Attention(tokens(src_ids[:-1]) + ["</s>"], tokens(out_ids) + ["</s>"], weights)
+
+
+def milliseconds_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
 
 
 def refuse_any(refusals: list[tuple[int, str]]) -> None:
@@ -244,22 +245,9 @@ class TranslationService:
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
         submitted = [(loaded, *loaded.submit(text, beam_size)) for loaded, text, beam_size in pending]
-        done = [(loaded, prepared, loaded.assemble(prepared, ids.result())) for loaded, prepared, ids in submitted]
-        latency_ms = (time.perf_counter() - started) * 1000
-        return [
-            Result(
-                translated.text,
-                loaded.provider,
-                latency_ms,
-                translated.sentences,
-                translated.left_out,
-                translated.kept,
-                translated.short_lines,
-                translated.unsure_lines,
-                prepared.refusals(),
-            )
-            for loaded, prepared, translated in done
-        ]
+        searched = [(loaded, prepared, outputs.result()) for loaded, prepared, outputs in submitted]
+        latency_ms = milliseconds_since(started)
+        return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
 
     def translate(self, text: str, model: str, beam_size: int = 4) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""
