@@ -20,6 +20,7 @@ from aiayn.engines.load import load_engine, search_settings_for, translator_for
 from aiayn.search.output import Output, mean_log_prob
 from aiayn.serve.batching import SearchBatcher
 from aiayn.serve.clauses import Clause, ClauseSplitter
+from aiayn.serve.memory import return_freed_memory
 from aiayn.serve.text import (
     MAX_FILE_CHARS,
     MAX_SENTENCE_TOKENS,
@@ -232,6 +233,7 @@ class TranslationService:
                 folder = ModelFolder.open(name)
                 engine = load_engine(folder, self.engine, self.device, threads=self.threads)
                 self.models[name] = LoadedModel(folder, engine, self.split_clauses)
+                return_freed_memory()  # what building the engine's graphs took
             return self.models[name]
 
     def translate_many(self, requests: Sequence[tuple[str, str, int]]) -> list[Result]:

@@ -43,6 +43,7 @@ from aiayn.engines.onnx.serving_graphs import (
     build_serving_graphs,
     quantize_int8,
 )
+from aiayn.engines.onnx.sessions import inference_session
 from aiayn.search.greedy import EXTRA_LEN
 
 CPU = "CPUExecutionProvider"
@@ -142,9 +143,9 @@ class FusedOnnxEngine:
         self.head = head
         self.compact_below = compact_below
         options = session_options(threads, spinning)
-        self.encoder = ort.InferenceSession(encoder, options, providers=[CPU])
-        self.decoder = ort.InferenceSession(decoder, options, providers=[CPU])
-        self.small_decoder = ort.InferenceSession(small_decoder, options, providers=[CPU]) if small_decoder else None
+        self.encoder = inference_session(encoder, options, [CPU])
+        self.decoder = inference_session(decoder, options, [CPU])
+        self.small_decoder = inference_session(small_decoder, options, [CPU]) if small_decoder else None
 
     @classmethod
     def load(
