@@ -112,9 +112,9 @@ def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], 
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from aiayn.serve.memory import limit_heaps
+    from aiayn.serve.memory import bound_server_memory
 
-    limit_heaps()  # before any thread starts
+    bound_server_memory()  # before any thread starts
     from aiayn.serve.api import json_route
     from aiayn.serve.app import build_app, check_port, launch
     from aiayn.serve.service import TranslationService

@@ -1,4 +1,4 @@
-"""The server's freed memory handed back to the system, where glibc's malloc would keep it resident.
+"""The page server's memory: freed memory handed back to the system, where glibc's malloc would keep it.
 
 glibc keeps what a process frees for its next allocations, in one heap ("arena") per thread that allocated,
 up to eight per core: a page server whose many threads (Gradio's, ONNX Runtime's, the batchers') each touched
@@ -6,13 +6,16 @@ a few large batches keeps all those heaps resident, and building the serving gra
 freed at once) leaves holes that are never given back either. So the service asks for at most
 ``MALLOC_ARENAS`` heaps before its threads start, and returns the free pages of every heap after a model loads
 and after a search (at most once every ``TRIM_EVERY_S``: a trim takes ~2 ms, 10% of a small batch's search).
-docs/speed.md, Memory, has the figures. Elsewhere than glibc (macOS, musl) these are no-ops.
+Elsewhere than glibc (macOS, musl) these are no-ops. And Gradio asks matplotlib (where it is installed, as
+with the ``[train]`` extra) for its backend around every event, which imports pyplot (+15 MiB) unless a backend
+is named: the server names Agg. docs/speed.md, Memory, has the figures.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import time
 from functools import cache
 from typing import Any
@@ -33,8 +36,10 @@ def glibc() -> Any | None:
     return library if hasattr(library, "malloc_trim") and hasattr(library, "mallopt") else None
 
 
-def limit_heaps() -> None:
-    """At most ``MALLOC_ARENAS`` malloc heaps for the whole process; call it before threads start."""
+def bound_server_memory() -> None:
+    """At most ``MALLOC_ARENAS`` malloc heaps for the whole process, and matplotlib's backend named; call it
+    before threads start."""
+    os.environ.setdefault("MPLBACKEND", "agg")
     library = glibc()
     if library is not None:
         library.mallopt(M_ARENA_MAX, MALLOC_ARENAS)

@@ -1,16 +1,20 @@
-"""Freed memory handed back: a no-op where the C library is not glibc, at most once a second after searches."""
+"""The page server's memory: malloc's heaps bounded and trimmed (no-ops without glibc), matplotlib's backend named."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 import aiayn.serve.memory
-from aiayn.serve.memory import Trimmer, limit_heaps, return_freed_memory
+from aiayn.serve.memory import Trimmer, bound_server_memory, return_freed_memory
 
 
-def test_the_calls_run_whatever_the_c_library() -> None:
-    limit_heaps()
+def test_the_calls_run_whatever_the_c_library_and_name_matplotlibs_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # put back as it was after the test
+    bound_server_memory()
     return_freed_memory()
+    assert os.environ["MPLBACKEND"] == "agg"
 
 
 def test_the_trimmer_trims_at_most_once_an_interval(monkeypatch: pytest.MonkeyPatch) -> None:
