@@ -95,9 +95,9 @@ def completed_data(stream: bytes) -> list[object]:
     raise RuntimeError("the event stream ended without an answer")
 
 
-async def ask_page(connection: Connection, sentence: str, direction: str) -> str:
+async def ask_page(connection: Connection, sentence: str, direction: str, beam: int = BEAM) -> str:
     """One request of a visitor: posted, then its event stream read to the end."""
-    posted = await connection.request("POST", "/gradio_api/call/translate", {"data": [sentence, direction, BEAM]})
+    posted = await connection.request("POST", "/gradio_api/call/translate", {"data": [sentence, direction, beam]})
     event_id = json.loads(posted)["event_id"]
     return str(completed_data(await connection.request("GET", f"/gradio_api/call/translate/{event_id}"))[0])
 

@@ -29,6 +29,15 @@ def cmd_bench(args: argparse.Namespace) -> None:
         captions = test.src[: QUICK_CAPTIONS if args.quick else CAPTIONS]
         print(web_report([measure_web(TranslationService(device="cpu").model(args.model), captions)]))
         return
+    if args.memory:
+        from aiayn.bench.memory import measure_memory, memory_report
+        from aiayn.core.folder import bundled_models
+        from aiayn.serve.app import pair_value
+
+        served = [ModelFolder.open(path) for path in bundled_models().values()]
+        sources = {pair_value(f): load_split_for(f, "test_2016_flickr", args.data).src for f in served}
+        print(memory_report(measure_memory(sources)))
+        return
     if args.sessions:
         from aiayn.bench.sessions import measure_sessions, sessions_report
 
@@ -78,6 +87,12 @@ def add_bench(sub: Any) -> None:
         default=None,
         metavar="N",
         help="the page server's memory growth over N fresh visitor sessions (the goal: ≤ 20 MiB for 2000)",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="the page server's memory with both bundled models, when ready and over 2000 requests of the page, "
+        "its heatmap and the JSON route (the goals: ≤ 300 and ≤ 350 MiB)",
     )
     p.add_argument(
         "--serve",

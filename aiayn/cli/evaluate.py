@@ -12,7 +12,7 @@ from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_i
 from aiayn.core.contract import VARIANTS
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
 from aiayn.engines import DEVICES
-from aiayn.engines.load import ENGINES, installed_engine, load_engine
+from aiayn.engines.load import ENGINES, installed_engine, load_engine, search_settings_for, translator_for
 
 if TYPE_CHECKING:
     from aiayn.core.folder import ModelFolder
@@ -31,7 +31,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     engine = load_engine(folder, args.engine or installed_engine(), args.device, args.variant)
     engine_name = engine.name
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
-    translator = folder.translator(engine, lanes=engine.lanes)
+    translator = translator_for(folder, engine)
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)
         return
@@ -43,7 +43,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(f"kept {best} in {folder.config_file} (search.length_penalty)")
         return
     changes = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
-    settings = folder.search_settings(beam_size=args.beam, **changes)
+    settings = search_settings_for(folder, beam_size=args.beam, **changes)
     result = evaluate(translator, corpus, settings)
     summary = {
         "model": str(folder.path),
@@ -80,7 +80,7 @@ def calibrate(folder: ModelFolder, translator: Translator, corpus: ParallelCorpu
     sources = [translator.source_ids(text) for text in corpus.src]
     with tqdm(total=len(sources), unit="sent", desc="val", file=sys.stderr) as bar:
         section = calibrate_confidence(
-            folder, translator, sources, folder.search_settings(beam_size=beam), corpus.split, bar.update
+            folder, translator, sources, search_settings_for(folder, beam_size=beam), corpus.split, bar.update
         )
     flagged = round(section["flagged_share_on_val"] * section["sentences"])
     print(

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, port_number
-from aiayn.core.text import split_lines
 from aiayn.engines.load import ENGINES
+from aiayn.serve.text import split_lines
 
 __all__ = ["DEVICES", "add_serve", "add_translate"]
 
@@ -91,7 +91,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
             kept += done.kept
             short += [number * CHUNK_LINES + line + 1 for line in done.short_lines]
             unsure += [number * CHUNK_LINES + line + 1 for line in done.unsure_lines]
-            refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in prepared.refusals()]
+            refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in done.refused]
     report(sorted(left_out), kept, short, unsure, refused)
 
 
@@ -113,6 +113,9 @@ def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], 
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from aiayn.serve.memory import bound_server_memory
+
+    bound_server_memory()  # before any thread starts
     from aiayn.serve.api import json_route
     from aiayn.serve.app import build_app, check_port, launch
     from aiayn.serve.service import TranslationService

@@ -12,18 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from aiayn.core.clauses import ClauseSplitter
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import variant_file
 from aiayn.core.normalizer import is_tidy, tidied
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
-from aiayn.search.step import StepModel
-from aiayn.search.translator import SearchSettings, Translator
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -41,7 +37,7 @@ DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 # config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
 # from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
 MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
-# ``clauses``: how long a sentence may get before the service translates it clause by clause (clauses.py).
+# ``clauses``: how long a sentence may get before the service translates it clause by clause (serve/clauses.py).
 CLAUSES_SECTION = "clauses"
 # ``confidence``: the mean log-probability per token under which a translation is called unsure, set on val.
 CONFIDENCE_SECTION = "confidence"
@@ -246,25 +242,20 @@ class ModelFolder:
         lines = [f"{src}\t{tgt}\n" for src, tgt in zip(sides[::2], sides[1::2], strict=True)]
         self.validation_file.write_text("".join(lines), encoding="utf-8")
 
-    # Decoding.
-    def search_settings(self, **changes: Any) -> SearchSettings:
-        """The folder's decoding defaults (config.json's ``search`` section, if tuned), then ``changes``."""
-        saved = self.section(SEARCH_SECTION)
-        tuned = {"length_penalty": saved["length_penalty"]} if "length_penalty" in saved else {}
-        return replace(SearchSettings(**tuned), **changes)
+    # What later steps wrote (read here; the runtime objects built from them are made where engines are loaded).
+    def length_penalty(self) -> float | None:
+        """The ``search`` section's length penalty, tuned on val (None, for a folder without one)."""
+        penalty = self.section(SEARCH_SECTION).get("length_penalty")
+        return None if penalty is None else float(penalty)
 
-    def clause_splitter(self, split: bool = True) -> ClauseSplitter:
-        """Long sentences cut into clauses for this folder's model: over the ``clauses`` section's
-        ``split_over_tokens`` (never, for a folder without one, or with ``split=False``)."""
-        limit = self.section(CLAUSES_SECTION).get("split_over_tokens") if split else None
-        return ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
+    def clause_limit(self) -> int | None:
+        """The ``clauses`` section's ``split_over_tokens``: a sentence longer than this (tokens, </s> included) is
+        translated clause by clause (never, for a folder without one)."""
+        limit = self.section(CLAUSES_SECTION).get("split_over_tokens")
+        return None if limit is None else int(limit)
 
     def min_mean_log_prob(self) -> float | None:
         """The ``confidence`` section's threshold: a sentence whose translation's mean log-probability per token
         is below it is unsure (never, for a folder without one)."""
         threshold = self.section(CONFIDENCE_SECTION).get("min_mean_log_prob")
         return None if threshold is None else float(threshold)
-
-    def translator(self, engine: StepModel[Any], **batching: int) -> Translator:
-        """Text in, text out over ``engine`` with this folder's tokenizer and length limit."""
-        return Translator(engine, self.tokenizer, self.config.max_len, **batching)

@@ -1,14 +1,17 @@
-"""Opening a model folder's step engine by name: ONNX Runtime, or PyTorch where it is installed."""
+"""Opening a model folder for translation: its step engine by name (ONNX Runtime, or PyTorch where it is
+installed), the translator over an engine, and the folder's decoding defaults."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import replace
 from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ENGINES, ONNX, TORCH, Engine
+from aiayn.search.translator import SearchSettings, Translator
 
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
 MAX_CORES = 4  # by default an engine takes the machine's cores, up to this many
@@ -66,3 +69,14 @@ def load_engine(
     if engine == ONNX and portable.provider == CPU and variant in FUSED_VARIANTS:
         return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)  # a GPU failing these graphs
     return portable
+
+
+def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:
+    """Text in, text out over ``engine`` with ``folder``'s tokenizer and length limit, in the engine's lanes."""
+    return Translator(engine, folder.tokenizer, folder.config.max_len, lanes=engine.lanes, **batching)
+
+
+def search_settings_for(folder: ModelFolder, **changes: Any) -> SearchSettings:
+    """``folder``'s decoding defaults (its length penalty, if tuned on val), then ``changes``."""
+    penalty = folder.length_penalty()
+    return replace(SearchSettings() if penalty is None else SearchSettings(length_penalty=penalty), **changes)

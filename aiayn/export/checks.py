@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import ParallelCorpus
+from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.fused import FusedOnnxEngine
 from aiayn.engines.pytorch import TorchEngine
@@ -64,8 +65,8 @@ def export_and_prove_onnx(
     bundle = [folder.weights_file, folder.onnx_file(ENCODER_FILE), folder.onnx_file(DECODER_FILE)]
     lines.append(f"model.safetensors + fp32 graphs: {megabytes(sum(f.stat().st_size for f in bundle))}")
 
-    torch_translator = folder.translator(TorchEngine(model))
-    onnx_translator = folder.translator(OnnxEngine.load(folder, device="cpu"))
+    torch_translator = translator_for(folder, TorchEngine(model))
+    onnx_translator = translator_for(folder, OnnxEngine.load(folder, device="cpu"))
     src_ids = [torch_translator.source_ids(s) for s in sentences]
     report = check_logits(torch_translator.engine, onnx_translator.engine, src_ids[:PARITY_SENTENCES])
     lines.append(
@@ -92,7 +93,7 @@ def prove_serving_graphs(
 ) -> list[str]:
     """The CPU serving graphs (built from the same weights when an engine loads) against the contract's
     graphs just proven: the same tolerance and identical translations, or the export fails."""
-    fused = folder.translator(FusedOnnxEngine.load(folder))
+    fused = translator_for(folder, FusedOnnxEngine.load(folder))
     report = check_logits(reference.engine, fused.engine, src_ids[:PARITY_SENTENCES])
     lines = [f"serving graphs: max |log-prob difference| vs decoder.onnx = {report.max_abs_diff:.2e}"]
     checked = src_ids[:check_sentences]
@@ -112,8 +113,8 @@ def against_fp32(
 ) -> VariantGap:
     """A variant's provider, its max |log-prob difference| from the fp32 graphs and how many of the first
     ``check_sentences`` greedy translations stay the same."""
-    reference = folder.translator(OnnxEngine.load(folder, device="cpu"))
-    candidate = folder.translator(OnnxEngine.load(folder, device=device, variant=variant))
+    reference = translator_for(folder, OnnxEngine.load(folder, device="cpu"))
+    candidate = translator_for(folder, OnnxEngine.load(folder, device=device, variant=variant))
     src_ids = [reference.source_ids(s) for s in sentences]
     gap = max_log_prob_diff(reference.engine, candidate.engine, src_ids[:PARITY_SENTENCES]).max_abs_diff
     same = count_identical(reference, candidate, src_ids[:check_sentences], SearchSettings(beam_size=1))
@@ -127,7 +128,10 @@ def bleu_by_variant(
     settings = SearchSettings(beam_size=beam_size)
     return {
         variant: evaluate(
-            folder.translator(OnnxEngine.load(folder, device="cpu", variant=variant)), corpus, settings, progress=False
+            translator_for(folder, OnnxEngine.load(folder, device="cpu", variant=variant)),
+            corpus,
+            settings,
+            progress=False,
         ).scores
         for variant in variants
     }
@@ -169,7 +173,7 @@ def report_fp16(folder: ModelFolder, sentences: list[str], check_sentences: int)
 def export_to_ctranslate2(model: Transformer, folder: ModelFolder, sentences: list[str]) -> list[str]:
     """Write folder/ctranslate2 and show that its greedy output equals ours, token for token."""
     target = export_ctranslate2(model, folder.tokenizer, folder.path)
-    translator = folder.translator(TorchEngine(model))
+    translator = translator_for(folder, TorchEngine(model))
     ours = translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam_size=1))
     theirs = ctranslate2_greedy(folder.path, folder.tokenizer, sentences)
     same = sum(a == b for a, b in zip(theirs, ours, strict=True))

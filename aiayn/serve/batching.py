@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
+from aiayn.serve.memory import Trimmer
 
 MAX_SENTENCES = 256  # per batch taken off the queue; the translator cuts it into length batches itself
 
@@ -39,6 +40,7 @@ class SearchBatcher:
         self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
+        self.trim = Trimmer()  # the searches' arrays, else kept by malloc at the size of the largest batch
 
     def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
         """The outputs of ``src_ids`` as ``Translator.outputs`` gives them, searched with other requests'."""
@@ -70,6 +72,7 @@ class SearchBatcher:
                 sentences += len(jobs[-1].src_ids)
             for settings in dict.fromkeys(job.settings for job in jobs):
                 self.search([job for job in jobs if job.settings == settings], settings)
+            self.trim()
 
     def search(self, jobs: list[Job], settings: SearchSettings) -> None:
         """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error)."""

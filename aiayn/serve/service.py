@@ -15,9 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.core.clauses import Clause
 from aiayn.core.folder import ModelFolder
-from aiayn.core.text import (
+from aiayn.engines import Engine
+from aiayn.engines.load import load_engine, search_settings_for, translator_for
+from aiayn.search.output import Output, mean_log_prob
+from aiayn.serve.batching import SearchBatcher
+from aiayn.serve.clauses import Clause, ClauseSplitter
+from aiayn.serve.memory import return_freed_memory
+from aiayn.serve.text import (
     MAX_FILE_CHARS,
     MAX_SENTENCE_TOKENS,
     InputTooLong,
@@ -27,10 +32,6 @@ from aiayn.core.text import (
     reassemble,
     split_long,
 )
-from aiayn.engines import Engine
-from aiayn.engines.load import load_engine
-from aiayn.search.output import Output, mean_log_prob
-from aiayn.serve.batching import SearchBatcher
 
 MAX_BEAM = 8
 # A translation with fewer tokens than this share of its source's probably left part of it out (on Multi30k val
@@ -64,43 +65,34 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class Translation:
-    """A translated text with what the page and the CLI tell about it."""
+class Result:
+    """A translated text with what the page, the API and the CLI tell about it."""
 
     text: str
+    provider: str
+    latency_ms: float  # the search's, for every request searched together with this one
     sentences: int
     left_out: list[str]
     kept: int  # sentences without a single known word, passed through as they are
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
-
-
-@dataclass(frozen=True)
-class Result:
-    text: str
-    provider: str
-    latency_ms: float
-    sentences: int
-    left_out: list[str]
-    kept: int
-    short_lines: list[int]
-    unsure_lines: list[int]
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
 
 
 class LoadedModel:
     """One model folder ready to translate: engine, tokenizer and the translator over them. ``split_clauses=False``
-    translates every sentence whole, as another runtime given the same sentences would (``core/clauses.py``)."""
+    translates every sentence whole, as another runtime given the same sentences would (``serve/clauses.py``)."""
 
     def __init__(self, folder: ModelFolder, engine: Engine[Any], split_clauses: bool = True) -> None:
         self.folder = folder
         self.config = folder.config
         self.tokenizer = folder.tokenizer
         self.engine = engine
-        self.translator = folder.translator(engine, lanes=engine.lanes)
+        self.translator = translator_for(folder, engine)
         self.batcher = SearchBatcher(self.translator)
-        self.search = folder.search_settings()
-        self.clauses = folder.clause_splitter(split_clauses)
+        self.search = search_settings_for(folder)
+        limit = folder.clause_limit() if split_clauses else None
+        self.clauses = ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
         self.min_mean_log_prob = folder.min_mean_log_prob()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
@@ -140,25 +132,29 @@ class LoadedModel:
                 clauses += cut
         return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
 
-    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Translation:
+    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Result:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.translator.outputs(prepared.src_ids, settings, on_batch))
+        started = time.perf_counter()
+        outputs = self.translator.outputs(prepared.src_ids, settings, on_batch)
+        return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def translate(self, text: str, beam_size: int) -> Translation:
+    def translate(self, text: str, beam_size: int) -> Result:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
         other requests of the moment (``batching.py``); refused whole if any sentence is."""
         prepared = self.prepare(text)
         refuse_any(prepared.refusals())
         settings = replace(self.search, beam_size=beam_size)
-        return self.assemble(prepared, self.batcher.outputs(prepared.src_ids, settings))
+        started = time.perf_counter()
+        outputs = self.batcher.outputs(prepared.src_ids, settings)
+        return self.assemble(prepared, outputs, milliseconds_since(started))
 
     def submit(self, text: str, beam_size: int) -> tuple[Prepared, Future[list[Output]]]:
         """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
         prepared = self.prepare(text)
         return prepared, self.batcher.submit(prepared.src_ids, replace(self.search, beam_size=beam_size))
 
-    def assemble(self, prepared: Prepared, outputs: list[Output]) -> Translation:
+    def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines."""
         out_ids = [output.tokens for output in outputs]
         per_sentence = list(prepared.shape.sentences)
@@ -167,13 +163,16 @@ class LoadedModel:
         for index, clause, ids in zip(prepared.owner, prepared.clauses, out_ids, strict=True):
             piece = self.clauses.render(clause, self.tokenizer.decode(ids))
             per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
-        return Translation(
+        return Result(
             reassemble(prepared.shape, per_sentence) if per_sentence else "",
+            self.provider,
+            latency_ms,
             len(per_sentence),
             prepared.left_out,
             len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
             short_lines(prepared, out_ids),
             unsure_lines(prepared, outputs, self.min_mean_log_prob),
+            prepared.refusals(),
         )
 
     def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
@@ -182,6 +181,10 @@ class LoadedModel:
         weights = self.engine.cross_attention(np.array([src_ids]), np.array([decoder_in]))[0]
         tokens = self.tokenizer.tokens
         return Attention(tokens(src_ids[:-1]) + ["</s>"], tokens(out_ids) + ["</s>"], weights)
+
+
+def milliseconds_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
 
 
 def refuse_any(refusals: list[tuple[int, str]]) -> None:
@@ -231,6 +234,7 @@ class TranslationService:
                 folder = ModelFolder.open(name)
                 engine = load_engine(folder, self.engine, self.device, cores=self.cores)
                 self.models[name] = LoadedModel(folder, engine, self.split_clauses)
+                return_freed_memory()  # what building the engine's graphs took
             return self.models[name]
 
     def translate_many(self, requests: Sequence[tuple[str, str, int]]) -> list[Result]:
@@ -244,22 +248,9 @@ class TranslationService:
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
         submitted = [(loaded, *loaded.submit(text, beam_size)) for loaded, text, beam_size in pending]
-        done = [(loaded, prepared, loaded.assemble(prepared, ids.result())) for loaded, prepared, ids in submitted]
-        latency_ms = (time.perf_counter() - started) * 1000
-        return [
-            Result(
-                translated.text,
-                loaded.provider,
-                latency_ms,
-                translated.sentences,
-                translated.left_out,
-                translated.kept,
-                translated.short_lines,
-                translated.unsure_lines,
-                prepared.refusals(),
-            )
-            for loaded, prepared, translated in done
-        ]
+        searched = [(loaded, prepared, outputs.result()) for loaded, prepared, outputs in submitted]
+        latency_ms = milliseconds_since(started)
+        return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
 
     def translate(self, text: str, model: str, beam_size: int = 4) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""

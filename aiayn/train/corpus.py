@@ -3,13 +3,17 @@
 Preparing happens once: a resumed run, or a new run on the same files and settings, finds the folder
 already there (``prepare(..., reuse=True)`` compares the files' hashes). A resumed or continued run imposes its
 model's tokenizer; a new run's tokenizer is trained while preparing. Under DDP, rank 0 prepares while the
-others wait.
+others wait. The run's source lengths also set how long a sentence may get before the service translates it
+clause by clause (``clauses_section``, ``serve/clauses.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch.distributed as dist
 
 from aiayn.core.config import ModelConfig
@@ -17,6 +21,15 @@ from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.prepare import PreparedData, PrepareSettings, prepare, tokenizer_sha256
 from aiayn.data.sources import PairSource
 from aiayn.train.options import TrainOptions
+
+SPLIT_PERCENTILE = 90  # sentences longer than 90% of the training sources are split into clauses
+
+
+def clauses_section(source_tokens: Sequence[int]) -> dict[str, Any]:
+    """The ``clauses`` section of config.json, from the training sources' token counts (</s> included)."""
+    limit = int(np.percentile(np.asarray(source_tokens), SPLIT_PERCENTILE))
+    rule = f"{SPLIT_PERCENTILE}th percentile of the training sources, in tokens with </s>"
+    return {"split_over_tokens": limit, "rule": rule}
 
 
 def prepared_given(path: Path, tokenizer: SubwordTokenizer | None) -> PreparedData:

@@ -19,7 +19,6 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from aiayn.core.clauses import clauses_section
 from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, VALIDATION_SAMPLE_PAIRS, ModelFolder
 from aiayn.data.batching import BatchPlan, plan_batches
 from aiayn.data.prepare import PreparedData
@@ -28,7 +27,7 @@ from aiayn.model.transformer import Transformer
 from aiayn.model.weights import load_folder_weights, load_state_strict, save_weights
 from aiayn.train.batches import to_tensors
 from aiayn.train.checkpoint import average_state_dicts, load_checkpoint, save_atomic
-from aiayn.train.corpus import prepared_languages, run_data
+from aiayn.train.corpus import clauses_section, prepared_languages, run_data
 from aiayn.train.loss import SmoothedLoss
 from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
 from aiayn.train.precision import resolve_precision
@@ -101,7 +100,7 @@ class Trainer:
         self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
         self.checkpoint_dir = self.folder.checkpoint_dir
         self.lengths = self.data.train.lengths()  # (pairs,) ×2, read once: batches are planned from them
-        if self.is_main:  # how long a sentence may get before the service splits it (core/clauses.py)
+        if self.is_main:  # how long a sentence may get before the service splits it (serve/clauses.py)
             self.folder.write_section(CLAUSES_SECTION, clauses_section(self.lengths[0] + 1))
         self.plan: tuple[int, BatchPlan] | None = None  # (epoch, its batches), planned once per epoch
         if self.is_main:

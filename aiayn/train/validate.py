@@ -10,6 +10,7 @@ import torch
 from aiayn.core.folder import ModelFolder
 from aiayn.data.batching import token_batches
 from aiayn.data.prepare import PreparedData
+from aiayn.engines.load import search_settings_for, translator_for
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.confidence import calibrate_confidence
 from aiayn.evaluation.metrics import score
@@ -34,7 +35,7 @@ def validate(
             states, target = real_targets(model.teacher_forced_states(src_ids, tgt_in), tgt_out, special.pad)
             total_loss += label_smoothed_sum(states, model.embedding.weight, target, 0.0).item()
             total_tokens += target.numel()
-    translator = folder.translator(TorchEngine(model, device), max_sentences=256)
+    translator = translator_for(folder, TorchEngine(model, device), max_sentences=256)
     hypotheses = translator.translate_ids(valid.source_ids(special.eos), SearchSettings(beam_size=1))
     scores = score([folder.tokenizer.decode(h) for h in hypotheses], data.valid_references)
     model.train()
@@ -45,6 +46,6 @@ def calibrate_kept_weights(folder: ModelFolder, data: PreparedData, device: torc
     """The folder's ``confidence`` section for the weights it kept, set on the run's validation split and
     searched with the folder's settings, as `aiayn translate` and the page will search."""
     model = load_model(folder, device)
-    translator = folder.translator(TorchEngine(model, device), max_sentences=256)
+    translator = translator_for(folder, TorchEngine(model, device), max_sentences=256)
     sources = data.valid.source_ids(model.config.special_tokens.eos)
-    return calibrate_confidence(folder, translator, sources, folder.search_settings(), "validation split of the run")
+    return calibrate_confidence(folder, translator, sources, search_settings_for(folder), "validation split of the run")

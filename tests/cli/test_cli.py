@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from aiayn.cli import main
-from aiayn.core.text import MAX_SENTENCE_TOKENS, split_long
 from aiayn.search.translator import SearchSettings
 from aiayn.serve.service import TranslationService
+from aiayn.serve.text import MAX_SENTENCE_TOKENS, split_long
 
 LINES = ["Two dogs play in the snow.", "", "A girl jumps into the pool. A man is cooking.", "A dog runs on the sand."]
 EXPECTED = [

@@ -28,6 +28,7 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
+from aiayn.engines.load import search_settings_for, translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.sessions import CPU, CUDA
@@ -63,9 +64,9 @@ def flickr(folder: Path, sentences: int) -> ParallelCorpus:
 def translate_ids(engine: StepModel[Any], folder: Path, beam: int, sentences: int) -> list[list[int]]:
     """test_2016_flickr's first ``sentences`` through the one search, with the folder's own search settings."""
     model = ModelFolder.open(folder)
-    translator = model.translator(engine)
+    translator = translator_for(model, engine)
     src_ids = [translator.source_ids(s) for s in flickr(folder, sentences).src]
-    return translator.translate_ids(src_ids, model.search_settings(beam_size=beam))
+    return translator.translate_ids(src_ids, search_settings_for(model, beam_size=beam))
 
 
 @functools.cache

@@ -19,6 +19,7 @@ import pytest
 from aiayn.core.contract import OPSET, serving_decoder_spec, serving_encoder_spec
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
+from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.fused import FusedOnnxEngine
 from aiayn.engines.onnx.serving_graphs import GraphBuilder, two_stage_top_k
@@ -208,8 +209,8 @@ def test_real_sentences_translate_identically(bundled: dict[str, Path], multi30k
     """The first 200 test sentences, greedy and beam 4, in the batches the translator makes."""
     folder = ModelFolder.open(bundled[name])
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    portable = folder.translator(OnnxEngine.load(folder, "cpu"))
-    fused = folder.translator(FusedOnnxEngine.load(folder))
+    portable = translator_for(folder, OnnxEngine.load(folder, "cpu"))
+    fused = translator_for(folder, FusedOnnxEngine.load(folder))
     src_ids = [portable.source_ids(s) for s in corpus.src[:200]]
     for beam in (1, 4):
         settings = SearchSettings(beam_size=beam)

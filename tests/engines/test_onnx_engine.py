@@ -20,7 +20,7 @@ from aiayn.engines.onnx.engine import DEVICES as ENGINE_DEVICES
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.gather import gather_model
 from aiayn.engines.onnx.io import BoundIO, HostIO
-from aiayn.engines.onnx.sessions import CUDA, DeviceUnavailable
+from aiayn.engines.onnx.sessions import CUDA, DeviceUnavailable, inference_session, session_options
 from aiayn.engines.onnx.top_k import with_top_k_head
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.model.weights import load_model
@@ -123,6 +123,15 @@ def test_gather_graph_is_valid_onnx_and_selects_rows() -> None:
     outputs = session.run(None, {**{f"data_{i}": v for i, v in enumerate(values)}, "rows": rows})
     for value, out in zip(values, outputs, strict=True):
         assert out.dtype == value.dtype and np.array_equal(out, value[rows])
+
+
+def test_a_session_of_a_serialized_graph_does_not_keep_its_bytes() -> None:
+    model = gather_model([("float32", 2)])
+    session = inference_session(model, session_options(1), ["CPUExecutionProvider"])
+    assert not any(value is model for value in vars(session).values())  # ONNX Runtime keeps what it is given
+    rows = np.array([1, 0])
+    (out,) = session.run(None, {"data_0": np.eye(2, dtype=np.float32), "rows": rows})
+    assert np.array_equal(out, np.eye(2, dtype=np.float32)[rows])
 
 
 def test_top_k_head_is_valid_onnx_and_keeps_the_contract(tiny_folder: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.load import ENGINES, load_engine
+from aiayn.engines.load import ENGINES, load_engine, search_settings_for, translator_for
 from aiayn.model.weights import load_model
 from aiayn.search.output import Output
 
@@ -35,9 +35,9 @@ def test_scores_are_the_models_log_probabilities(
         folder = ModelFolder.open(path)
         model = load_model(folder)
         special = folder.config.special_tokens
-        translator = folder.translator(load_engine(folder, engine, "cpu"))
+        translator = translator_for(folder, load_engine(folder, engine, "cpu"))
         src_ids = [translator.source_ids(s) for s in SENTENCES]
-        settings = folder.search_settings(beam_size=beam, max_extra_len=extra)
+        settings = search_settings_for(folder, beam_size=beam, max_extra_len=extra)
         outputs = translator.outputs(src_ids, settings)
         assert [o.tokens for o in outputs] == translator.translate_ids(src_ids, settings)
         assert all(o.ended == ended for o in outputs)  # the random model never ends, the trained one always

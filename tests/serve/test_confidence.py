@@ -12,7 +12,7 @@ import pytest
 
 from aiayn.core.folder import CONFIDENCE_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines.load import load_engine
+from aiayn.engines.load import load_engine, search_settings_for, translator_for
 from aiayn.evaluation.confidence import FLAGGED_SHARE, calibrate_confidence
 from aiayn.search.output import Output
 from aiayn.serve.service import LoadedModel, Result, TranslationService, unsure_lines
@@ -66,10 +66,10 @@ def test_most_out_of_domain_lines_are_flagged_and_few_captions(
 def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder: Path, tmp_path: Path) -> None:
     path = Path(shutil.copytree(tiny_folder, tmp_path / "tiny"))
     folder = ModelFolder.open(path)
-    translator = folder.translator(load_engine(folder, "onnx", "cpu"))
+    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
     words = "the red cat sleeps on old chair a small dog runs after two blue birds".split()
     sources = [translator.source_ids(" ".join(words[i : i + 1 + i % 5])) for i in range(len(words))] * 3
-    settings = folder.search_settings(beam_size=1, max_extra_len=5)
+    settings = search_settings_for(folder, beam_size=1, max_extra_len=5)
     section = calibrate_confidence(folder, translator, sources, settings, "val")
     reopened = ModelFolder.open(path)
     assert reopened.section(CONFIDENCE_SECTION) == section and section["sentences"] == len(sources)

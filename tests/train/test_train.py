@@ -25,6 +25,7 @@ from aiayn.engines.pytorch import TorchEngine
 from aiayn.model.weights import load_model
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.train.checkpoint import average_state_dicts
+from aiayn.train.corpus import clauses_section
 from aiayn.train.loop import train
 from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
 
@@ -74,6 +75,10 @@ def test_learning_rate_follows_equation_3() -> None:
     assert learning_rate(16000, 512, 4000, 2.0) == pytest.approx(2 * 512**-0.5 * 16000**-0.5)
 
 
+def test_sentences_over_the_90th_percentile_of_the_training_sources_are_split_into_clauses() -> None:
+    assert clauses_section(list(range(1, 101)))["split_over_tokens"] == 90
+
+
 def test_tiny_model_learns_to_reverse_and_writes_a_loadable_folder(tmp_path: Path) -> None:
     folder = train(options(tmp_path / "m", epochs=30), reverse_corpus(3000, 0, "train"), reverse_corpus(60, 1, "val"))
     for name in ("config.json", TOKENIZER_FILE, "model.safetensors", TRAINING_RECORD_FILE, TRAINING_PLOT_FILE):
@@ -81,7 +86,7 @@ def test_tiny_model_learns_to_reverse_and_writes_a_loadable_folder(tmp_path: Pat
     record = json.loads((folder / TRAINING_RECORD_FILE).read_text())
     assert record["seed"] == 3 and record["steps"] > 0 and len(record["epochs"]) == 30
     written = ModelFolder.open(folder)  # the tokenizer carries the text contract; long sentences get a limit
-    assert is_tidy(written.tokenizer.tokenizer) and written.clause_splitter().max_tokens is not None
+    assert is_tidy(written.tokenizer.tokenizer) and written.clause_limit() is not None
     test = reverse_corpus(40, 2, "test")
     translator = Translator(TorchEngine(load_model(folder)), SubwordTokenizer.load(folder / TOKENIZER_FILE), 256)
     out = translator.translate(test.src, SearchSettings(beam_size=1))

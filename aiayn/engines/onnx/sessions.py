@@ -52,7 +52,23 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
     # One stream of work gains nothing measurable from per-session spinning either (aiayn bench, 2 cores); a
     # process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session (README, Speed).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # No CPU memory arena: the arena keeps, for the life of the session, room for the largest tensors any batch
+    # needed (+60 MiB for the page's two models after a few batches of 32 sentences at beam 4), where malloc
+    # hands freed memory back. docs/speed.md, Memory.
+    options.enable_cpu_mem_arena = False
     return options
+
+
+def inference_session(model: Path | bytes, options: ort.SessionOptions, providers: Providers) -> ort.InferenceSession:
+    """A session of a graph file or of a serialized graph, without the graph's bytes.
+
+    ONNX Runtime's Python session keeps the bytes it was built from for as long as it lives (its own TODO says
+    so), only to rebuild itself should its providers change, which nothing here asks: dropped once the session
+    is built, they free 34 MiB a model for the serving graphs. A test checks that no attribute still holds them.
+    """
+    session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options, providers=providers)
+    session._model_bytes = None
+    return session
 
 
 @contextmanager
@@ -83,10 +99,9 @@ def open_session(
 
     ``model`` is a file or a serialized graph; ``path`` names the file a serialized graph came from.
     """
-    source = model if isinstance(model, bytes) else str(model)
     path = model if isinstance(model, Path) else path
     try:
-        return ort.InferenceSession(source, session_options(threads, log_severity), providers=providers)
+        return inference_session(model, session_options(threads, log_severity), providers)
     except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         if path is None:

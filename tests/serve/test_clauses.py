@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from aiayn.core.clauses import MAX_DEPTH, Clause, ClauseSplitter, clauses_section, conjunctions
 from aiayn.core.folder import ModelFolder
+from aiayn.serve.clauses import MAX_DEPTH, Clause, ClauseSplitter, conjunctions
 
 JOINED = (
     "A group of men are loading cotton onto a truck, and a man sleeping in a green room on a couch, "
@@ -63,8 +62,6 @@ def test_translations_are_set_mid_sentence(en_de: ModelFolder) -> None:
     assert cut.render(third, "Menschen sitzen.") == "und Menschen sitzen."  # "menschen" is no word of its own
 
 
-def test_the_pair_table_and_the_training_rule() -> None:
+def test_the_pair_table() -> None:
     assert conjunctions("en", "de")["and"] == "und" and conjunctions("de", "en")["sowie"] == "and"
     assert conjunctions("en", "xx") == {}
-    section = clauses_section(np.arange(1, 101))
-    assert section["split_over_tokens"] == 90

@@ -3,8 +3,8 @@
 A sentence of three captions joined with ", and" comes back as its first clause or two and then ends (on
 Multi30k val: 20.4 BLEU joined against 46.3 for the same captions translated one by one). So a sentence
 longer than the model's training sentences (``ClauseSplitter.max_tokens``: the folder's ``clauses`` section,
-written by `aiayn train` as the 90th percentile of its source lengths) is halved before the search at the
-clause boundary nearest its middle, recursively, as ``text.split_long`` pieces an over-long sentence:
+written by `aiayn train` as the 90th percentile of its source lengths, ``train/corpus.py``) is halved before the
+search at the clause boundary nearest its middle, recursively, as ``text.split_long`` pieces an over-long sentence:
 
 * boundaries are a semicolon, or a comma followed by a conjunction that the pair's table knows
   (``, and`` → ``, und``); a bare comma or ``and`` split single captions too often on val and is not one;
@@ -20,11 +20,7 @@ Nothing is dropped: a sentence's pieces' sources, joined by spaces, are the sent
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from aiayn.core.tokenizer import SubwordTokenizer
 
@@ -37,17 +33,8 @@ MEANINGS: dict[str, dict[str, tuple[str, ...]]] = {
     "while": {"en": ("while", "whereas"), "de": ("während",), "fr": ("tandis que",), "cs": ("zatímco",)},
 }
 SENTENCE_END = (".", "!", "?", "…")
-SPLIT_PERCENTILE = 90  # sentences longer than 90% of the training sources are split
 MIN_PIECE_TOKENS = 4  # no piece shorter than this (tokens, </s> included)
 MAX_DEPTH = 2  # a sentence becomes at most 4 pieces
-
-
-def clauses_section(source_tokens: Sequence[int]) -> dict[str, Any]:
-    """The ``clauses`` section `aiayn train` writes into config.json: from the training sources' token counts
-    (</s> included)."""
-    limit = int(np.percentile(np.asarray(source_tokens), SPLIT_PERCENTILE))
-    rule = f"{SPLIT_PERCENTILE}th percentile of the training sources, in tokens with </s>"
-    return {"split_over_tokens": limit, "rule": rule}
 
 
 def conjunctions(src_lang: str, tgt_lang: str) -> dict[str, str]:
