@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiayn.serve.text import MAX_CHARS, MAX_FILE_CHARS
+from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

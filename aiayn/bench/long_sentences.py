@@ -3,7 +3,7 @@
 Runs of ``RUN`` consecutive captions of a split (val: test sets are for reporting) are joined into one
 sentence with ", and " (", und " in German ...), their references the same way. The target is the BLEU
 of the captions translated separately and then joined by the same rule; the service translates the joined
-sentences with clause splitting (``serve/clauses.py``) and without it (before). A translation counts as
+sentences with clause splitting (``text/clauses.py``) and without it (before). A translation counts as
 short when it has under 80% of the tokens of the separately translated captions: the "lost content" figure.
 
 Joining: a non-final caption loses its final period; a non-initial caption's first word goes to lower case
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.evaluation.metrics import score
-from aiayn.serve.clauses import ClauseSplitter, conjunctions
 from aiayn.serve.service import LoadedModel
+from aiayn.text.clauses import ClauseSplitter, conjunctions
 
 RUN = 3
 JOINERS = {"en": ", and ", "de": ", und ", "fr": ", et ", "cs": ", a "}

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, port_number
 from aiayn.engines.load import ENGINES
-from aiayn.serve.text import split_lines
+from aiayn.text.sentences import split_lines
 
 __all__ = ["DEVICES", "add_serve", "add_translate"]
 

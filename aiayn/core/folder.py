@@ -37,7 +37,7 @@ DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
 # config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
 # from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
 MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
-# ``clauses``: how long a sentence may get before the service translates it clause by clause (serve/clauses.py).
+# ``clauses``: how long a sentence may get before the service translates it clause by clause (text/clauses.py).
 CLAUSES_SECTION = "clauses"
 # ``confidence``: the mean log-probability per token under which a translation is called unsure, set on val.
 CONFIDENCE_SECTION = "confidence"

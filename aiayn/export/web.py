@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from aiayn.core.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END
 from aiayn.core.contract import (
     DECODER_FILE,
     ENCODER_FILE,
@@ -28,11 +27,13 @@ from aiayn.core.contract import (
 )
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
 from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
-from aiayn.core.text import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
+from aiayn.engines.load import search_settings_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
 from aiayn.search.translator import MAX_SENTENCES, MAX_TOKENS
+from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, ClauseSplitter
+from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 
 PAGE_DIR = Path(__file__).with_name("page")
 WEB_SECTION = "web"
@@ -43,7 +44,7 @@ VARIANT = "fp32"
 
 def web_section(folder: ModelFolder) -> dict[str, Any]:
     """What the page's modules need beyond the model's config: graph and tensor names, and the CLI's text rules."""
-    config, splitter, settings = folder.config, folder.clause_splitter(), folder.search_settings()
+    config, splitter, settings = folder.config, ClauseSplitter.of(folder), search_settings_for(folder)
     points = code_points()
     return {
         "variant": VARIANT,
@@ -60,7 +61,7 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "past": kv_names(config, "past"),
         "present": kv_names(config, "present"),
         "kv_shape": [config.n_heads, config.d_head],
-        # Text (core/text.py): regexes as character classes of the characters themselves (normalizer.py).
+        # Text (text/sentences.py): regexes as character classes of the characters themselves (normalizer.py).
         "line_break": LINE_BREAK.pattern,
         "other_breaks": OTHER_BREAKS.pattern,
         "whitespace": WHITESPACE_RUN.removesuffix("+"),
@@ -69,7 +70,7 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "opening": OPENING,
         "max_sentence_tokens": min(MAX_SENTENCE_TOKENS, config.max_len),
         "max_src_len": config.max_len,
-        # Clauses (core/clauses.py): the source words, longest first, and what each becomes.
+        # Clauses (text/clauses.py): the source words, longest first, and what each becomes.
         "split_over_tokens": splitter.max_tokens,
         "conjunctions": [[word, splitter.table[word]] for word in splitter.words],
         "min_piece_tokens": MIN_PIECE_TOKENS,

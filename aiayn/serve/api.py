@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from aiayn.serve.app import beam_size_of, directions
 from aiayn.serve.service import TranslationService
-from aiayn.serve.text import MAX_CHARS, MAX_FILE_CHARS, check_length
+from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 PATH = "/v1/translate"
 MAX_SENTENCES = 256  # per request: the batcher's batch (``batching.MAX_SENTENCES``)

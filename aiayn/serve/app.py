@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute
 from aiayn.core.folder import ModelFolder, bundled_models
 from aiayn.serve import admission
 from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, Result, TranslationService
-from aiayn.serve.text import MAX_CHARS, MAX_FILE_CHARS, check_length
+from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 # The page's translate event is batched: Gradio hands its handler up to BATCH_SIZE waiting requests at once, and
 # their searches run together in the batcher's one worker thread (``batching.py``); Gradio's own work per request

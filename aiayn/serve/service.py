@@ -20,9 +20,9 @@ from aiayn.engines import Engine
 from aiayn.engines.load import load_engine, search_settings_for, translator_for
 from aiayn.search.output import Output, mean_log_prob
 from aiayn.serve.batching import SearchBatcher
-from aiayn.serve.clauses import Clause, ClauseSplitter
 from aiayn.serve.memory import return_freed_memory
-from aiayn.serve.text import (
+from aiayn.text.clauses import Clause, ClauseSplitter
+from aiayn.text.sentences import (
     MAX_FILE_CHARS,
     MAX_SENTENCE_TOKENS,
     InputTooLong,
@@ -81,7 +81,7 @@ class Result:
 
 class LoadedModel:
     """One model folder ready to translate: engine, tokenizer and the translator over them. ``split_clauses=False``
-    translates every sentence whole, as another runtime given the same sentences would (``serve/clauses.py``)."""
+    translates every sentence whole, as another runtime given the same sentences would (``text/clauses.py``)."""
 
     def __init__(self, folder: ModelFolder, engine: Engine[Any], split_clauses: bool = True) -> None:
         self.folder = folder
@@ -91,8 +91,7 @@ class LoadedModel:
         self.translator = translator_for(folder, engine)
         self.batcher = SearchBatcher(self.translator)
         self.search = search_settings_for(folder)
-        limit = folder.clause_limit() if split_clauses else None
-        self.clauses = ClauseSplitter(self.tokenizer, self.config.src_lang, self.config.tgt_lang, limit)
+        self.clauses = ClauseSplitter.of(folder, split_clauses)
         self.min_mean_log_prob = folder.min_mean_log_prob()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 

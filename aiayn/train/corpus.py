@@ -4,7 +4,7 @@ Preparing happens once: a resumed run, or a new run on the same files and settin
 already there (``prepare(..., reuse=True)`` compares the files' hashes). A resumed or continued run imposes its
 model's tokenizer; a new run's tokenizer is trained while preparing. Under DDP, rank 0 prepares while the
 others wait. The run's source lengths also set how long a sentence may get before the service translates it
-clause by clause (``clauses_section``, ``serve/clauses.py``).
+clause by clause (``clauses_section``, ``text/clauses.py``).
 """
 
 from __future__ import annotations

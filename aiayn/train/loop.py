@@ -100,7 +100,7 @@ class Trainer:
         self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
         self.checkpoint_dir = self.folder.checkpoint_dir
         self.lengths = self.data.train.lengths()  # (pairs,) ×2, read once: batches are planned from them
-        if self.is_main:  # how long a sentence may get before the service splits it (serve/clauses.py)
+        if self.is_main:  # how long a sentence may get before the service splits it (text/clauses.py)
             self.folder.write_section(CLAUSES_SECTION, clauses_section(self.lengths[0] + 1))
         self.plan: tuple[int, BatchPlan] | None = None  # (epoch, its batches), planned once per epoch
         if self.is_main:

@@ -16,7 +16,7 @@ import pytest
 from aiayn.cli import main
 from aiayn.search.translator import SearchSettings
 from aiayn.serve.service import TranslationService
-from aiayn.serve.text import MAX_SENTENCE_TOKENS, split_long
+from aiayn.text.sentences import MAX_SENTENCE_TOKENS, split_long
 
 LINES = ["Two dogs play in the snow.", "", "A girl jumps into the pool. A man is cooking.", "A dog runs on the sand."]
 EXPECTED = [

@@ -1,5 +1,5 @@
-// The text pipeline of `aiayn translate`, rule for rule: lines and sentences (aiayn/core/text.py), the length cap,
-// clauses (aiayn/core/clauses.py), and a text's pieces in and translations out (LoadedModel.prepare and
+// The text pipeline of `aiayn translate`, rule for rule: lines and sentences (aiayn/text/sentences.py), the length cap,
+// clauses (aiayn/text/clauses.py), and a text's pieces in and translations out (LoadedModel.prepare and
 // .assemble in aiayn/serve/service.py). The rules Python knows come from config.json's `web` section.
 // Python counts characters by code point; so does this module (Array.from, for...of), never by UTF-16 unit.
 
@@ -77,7 +77,7 @@ export class Codec {
   }
 }
 
-/** core/clauses.py's ClauseSplitter: long sentences halved at clause boundaries, and put back together. */
+/** text/clauses.py's ClauseSplitter: long sentences halved at clause boundaries, and put back together. */
 class Clauses {
   constructor(web, codec, py) {
     this.codec = codec;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiayn.serve.text import (
+from aiayn.text.sentences import (
     MAX_CHARS,
     MAX_FILE_CHARS,
     InputTooLong,

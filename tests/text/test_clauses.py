@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.core.folder import ModelFolder
-from aiayn.serve.clauses import MAX_DEPTH, Clause, ClauseSplitter, conjunctions
+from aiayn.text.clauses import MAX_DEPTH, Clause, ClauseSplitter, conjunctions
 
 JOINED = (
     "A group of men are loading cotton onto a truck, and a man sleeping in a green room on a couch, "

@@ -4,7 +4,7 @@ A sentence of three captions joined with ", and" comes back as its first clause 
 Multi30k val: 20.4 BLEU joined against 46.3 for the same captions translated one by one). So a sentence
 longer than the model's training sentences (``ClauseSplitter.max_tokens``: the folder's ``clauses`` section,
 written by `aiayn train` as the 90th percentile of its source lengths, ``train/corpus.py``) is halved before the
-search at the clause boundary nearest its middle, recursively, as ``text.split_long`` pieces an over-long sentence:
+search at the clause boundary nearest its middle, recursively, as ``sentences.split_long`` pieces an over-long sentence:
 
 * boundaries are a semicolon, or a comma followed by a conjunction that the pair's table knows
   (``, and`` → ``, und``); a bare comma or ``and`` split single captions too often on val and is not one;
@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 
 # Conjunctions that may open a clause after a comma, by meaning; the first word of a language is what the
@@ -78,6 +79,13 @@ class ClauseSplitter:
         self.words = sorted(self.table, key=len, reverse=True)  # the longest first, as the regex must try them
         alternatives = "|".join(re.escape(w) for w in self.words) or "(?!)"
         self.boundary = re.compile(rf"(?P<mark>;)\s+|(?P<comma>,)\s+(?P<conj>{alternatives})\s+", re.IGNORECASE)
+
+    @classmethod
+    def of(cls, folder: ModelFolder, split: bool = True) -> ClauseSplitter:
+        """The splitter for ``folder``'s model: over its ``clauses`` section's limit (never, without one or with
+        ``split=False``)."""
+        limit = folder.clause_limit() if split else None
+        return cls(folder.tokenizer, folder.config.src_lang, folder.config.tgt_lang, limit)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode_source(text))  # </s> included, as the encoder reads it
