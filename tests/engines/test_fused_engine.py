@@ -136,8 +136,8 @@ def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
     agreement with fp32 on real sentences."""
     folder = ModelFolder.open(model_dir)
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    fp32 = folder.translator(FusedOnnxEngine.load(folder, threads=1))
-    int8 = folder.translator(FusedOnnxEngine.load(folder, threads=1, int8=True))
+    fp32 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1))
+    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, int8=True))
     src_ids = [fp32.source_ids(s) for s in corpus.src[:40]]
     settings = SearchSettings(beam_size=1)
     quantized, exact = int8.translate_ids(src_ids, settings), fp32.translate_ids(src_ids, settings)
