@@ -16,7 +16,10 @@ from aiayn.text.sentences import split_lines
 __all__ = ["DEVICES", "add_serve", "add_translate"]
 
 
-CHUNK_LINES = 256  # lines searched together (batched by length) before their translations are written
+# Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
+# written: 2 048 rather than 256 keeps both lanes busy across a chunk (a 3 400-line file: 0.87× CTranslate2 rather
+# than 0.79×, greedy, whole process) and batches by length over a wider window.
+CHUNK_LINES = 2048
 
 
 def read_input(args: argparse.Namespace) -> list[str]:
