@@ -84,11 +84,12 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def open_page(browser: Any, url: str) -> tuple[Any, float]:
-    """A new page at ``url``, and the seconds from opening it to its first translation (greedy, one line)."""
+def open_page(browser: Any, url: str, device: str = "wasm") -> tuple[Any, float]:
+    """A new page at ``url`` running ONNX Runtime on ``device`` (wasm: the CLI's very answers; webgpu; auto), and
+    the seconds from opening it to its first translation (greedy, one line)."""
     page = browser.new_page()
     started = time.perf_counter()
-    page.goto(url)
+    page.goto(f"{url}?device={device}")
     page.evaluate("lines => window.aiayn.translate(lines, {beam: 1})", [FIRST_LINE])
     return page, time.perf_counter() - started
 

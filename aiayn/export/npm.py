@@ -38,13 +38,22 @@ class NpmPackage:
 
 
 PACKAGES = (
-    # ONNX Runtime's WASM build (its SIMD one; the page runs it on one thread, engine.js).
+    # ONNX Runtime's WASM build (its SIMD one; the page runs it on one thread, engine.js), and its WebGPU build for
+    # the browsers that offer a WebGPU adapter (its WASM part is ONNX Runtime's asyncify build, 27 MB, fetched
+    # only by those browsers).
     NpmPackage(
         "onnxruntime-web",
         "1.30.0",
         "sha512-q0y+JrrtukXSzsBWEMccVfqX25LRmosXHF+CaRJmg8pZClzcV7svNc4rKY3jL02Vb7QmRMDs1SigqR4CXAfKYQ==",
         "MIT",
-        ("dist/ort.wasm.min.mjs", "dist/ort-wasm-simd-threaded.mjs", "dist/ort-wasm-simd-threaded.wasm"),
+        (
+            "dist/ort.wasm.min.mjs",
+            "dist/ort-wasm-simd-threaded.mjs",
+            "dist/ort-wasm-simd-threaded.wasm",
+            "dist/ort.webgpu.min.mjs",
+            "dist/ort-wasm-simd-threaded.asyncify.mjs",
+            "dist/ort-wasm-simd-threaded.asyncify.wasm",
+        ),
     ),
     # tokenizers.js, the tokenizers of transformers.js, on its own: it reads tokenizer.json.
     NpmPackage(

@@ -130,3 +130,22 @@ def test_export_to_web_needs_out(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_tarball_is_refused_unless_its_sha512_is_the_pinned_one() -> None:
     abc = "sha512-3a81oZNherrMQXNJriBBMRLm+k6JqX6iCp7u5ktV05ohkpkqJ0/BqDa6PCOj/uu9RU1EI2Q86A4qmslPpUyknw=="
     assert matches(b"abc", abc) and not matches(b"abd", abc)
+
+
+def test_the_page_picks_webgpu_only_where_the_browser_offers_an_adapter(pages: dict[str, Any], browser: Any) -> None:
+    url = pages["en-de"].url.split("?")[0]
+    page = browser.new_page()
+    page.goto(url)  # ?device=auto, the default
+    has_adapter = page.evaluate("async () => 'gpu' in navigator && (await navigator.gpu.requestAdapter()) !== null")
+    ready = page.evaluate("window.aiayn.ready")
+    assert ready["device"] == ("webgpu" if has_adapter else "wasm")
+    assert page.evaluate("window.aiayn.translate(['Two dogs play in the snow.'], {beam: 1})")[0]
+    asked = browser.new_page()
+    asked.goto(f"{url}?device=webgpu")
+    if has_adapter:
+        assert asked.evaluate("window.aiayn.ready")["device"] == "webgpu"
+    else:  # the page says why it cannot, and how to open it instead
+        asked.wait_for_function("document.getElementById('status').textContent.includes('no WebGPU adapter')")
+        assert "?device=wasm" in asked.locator("#status").inner_text()
+    page.close()
+    asked.close()

@@ -1,23 +1,28 @@
 // aiayn in the browser: `await window.aiayn.translate(lines, { beam })` gives the lines' translations, in order,
 // as `aiayn translate` gives them. Everything comes from this folder: the model's config.json and tokenizer.json,
-// the graphs, and the pinned npm files beside this module.
+// the graphs, and the pinned npm files beside this module. The page's address picks ONNX Runtime's device:
+// `?device=auto` (the default: WebGPU where the browser offers it, else WASM), `?device=wasm` (the CLI's very
+// answers), `?device=webgpu`.
 import initSentencex, { segment } from "./sentencex_wasm.js";
 import { Tokenizer } from "./tokenizers.min.mjs";
-import { OrtEngine } from "./engine.js";
+import { OrtEngine, pickDevice } from "./engine.js";
 import { searchAll } from "./search.js";
 import { Codec, TextPipeline } from "./text.js";
 
 async function load() {
-  const config = await fetch("config.json").then((response) => response.json());
+  const [config, device] = await Promise.all([
+    fetch("config.json").then((response) => response.json()),
+    pickDevice(new URLSearchParams(location.search).get("device") ?? "auto"),
+  ]);
   // The graphs load while the tokenizer and sentencex do: the WASM compiles and downloads overlap.
   const [tokenizerJson, , engine] = await Promise.all([
     fetch("tokenizer.json").then((response) => response.json()),
     initSentencex(),
-    OrtEngine.load(config.web, config),
+    OrtEngine.load(config.web, config, device),
   ]);
   const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.model.special_tokens);
   const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
-  return { config, text, engine };
+  return { config, text, engine, device };
 }
 
 const loaded = load();
@@ -43,7 +48,7 @@ async function translateText(source, { beam = 4 } = {}) {
 }
 
 export const aiayn = {
-  ready: loaded.then(({ config }) => ({ src: config.model.src_lang, tgt: config.model.tgt_lang })),
+  ready: loaded.then(({ config, device }) => ({ src: config.model.src_lang, tgt: config.model.tgt_lang, device })),
   translate,
   translateText,
 };

@@ -1,7 +1,18 @@
 // The contract's encoder.onnx and decoder.onnx in onnxruntime-web (docs/onnx.md, "Decoding with the graphs"),
 // behind the step interface of aiayn/search/step.py: start, step, select. The state between steps is plain
 // typed arrays with their shapes: the cross-attention keys/values, the source mask, the self-attention cache.
-import * as ort from "./ort.wasm.min.mjs";
+// Which ONNX Runtime build runs them is chosen when the page loads (`OrtEngine.load`): its WebGPU build where the
+// browser offers a WebGPU adapter, else its WASM build; each is loaded only by the browsers that use it.
+let ort;
+
+/** "webgpu" where asked for or ("auto") where the browser offers an adapter, else "wasm". */
+export async function pickDevice(device) {
+  if (device === "wasm") return "wasm";
+  const adapter = "gpu" in navigator ? await navigator.gpu.requestAdapter().catch(() => null) : null;
+  if (adapter) return "webgpu";
+  if (device === "webgpu") throw new Error("this browser offers no WebGPU adapter; open the page with ?device=wasm");
+  return "wasm";
+}
 
 function tensor(type, data, dims) {
   return new ort.Tensor(type, data, dims);
@@ -27,11 +38,14 @@ export class OrtEngine {
     this.decoder = decoder;
   }
 
-  /** Both graphs in WASM on one thread: threads need a cross-origin isolated page, which a plain static server
-   * does not give, and one thread is the setting whose answers were checked against `aiayn translate`. */
-  static async load(web, config) {
+  /** Both graphs on `device` ("webgpu" or "wasm"). WASM runs on one thread: threads need a cross-origin isolated
+   * page, which a plain static server does not give, and one WASM thread is the setting whose answers were checked
+   * against `aiayn translate` (WebGPU's float arithmetic is not the CPU's: its answers may differ slightly). */
+  static async load(web, config, device) {
+    ort = await import(device === "webgpu" ? "./ort.webgpu.min.mjs" : "./ort.wasm.min.mjs");
     ort.env.wasm.numThreads = 1;
-    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    const providers = device === "webgpu" ? ["webgpu", "wasm"] : ["wasm"];
+    const options = { executionProviders: providers, graphOptimizationLevel: "all" };
     // One after the other: created at once, the two sessions opened later (a page's first translation at 8-15 s
     // against 3-11 s in alternating runs on a busy machine).
     const encoder = await ort.InferenceSession.create(web.encoder, options);
