@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -68,6 +69,13 @@ def length_batches(lengths: Sequence[int], max_sentences: int, max_tokens: int) 
     return batches
 
 
+@cache
+def lanes_pool(lanes: int) -> ThreadPoolExecutor:
+    """The process's ``lanes`` lanes, shared by every translator (a page serving two models, its batcher's workers):
+    the lanes are the cores, so at most ``lanes`` searches run at once however many models and callers there are."""
+    return ThreadPoolExecutor(lanes, thread_name_prefix="aiayn-lane")
+
+
 class Translator:
     """Runs the one search over an engine; the PyTorch and ONNX paths differ only in ``engine``."""
 
@@ -88,8 +96,7 @@ class Translator:
         self.max_sentences = max_sentences
         self.max_tokens = max_tokens
         self.lanes = lanes
-        # One pool for every caller (the page's batcher calls from several threads): at most ``lanes`` runs at once.
-        self.pool = ThreadPoolExecutor(lanes, thread_name_prefix="aiayn-lane") if lanes > 1 else None
+        self.pool = lanes_pool(lanes) if lanes > 1 else None
 
     def source_ids(self, text: str) -> list[int]:
         """Subwords of ``text`` followed by </s>, as in training; refuses a sentence over the model's limit."""
