@@ -252,6 +252,11 @@ cuda() {
     done
   done
   cat "$OUT/cuda_eval.jsonl"
+  # Ours against CTranslate2 on the same GPU (fp32, fp16; greedy and beam 4, batch 1 and 32), interleaved rounds.
+  if [[ $DRY_RUN != 1 ]]; then
+    aiayn bench --device cuda --json "$OUT/bench_cuda.json" >"$OUT/bench_cuda.txt" 2>&1 || true
+    cat "$OUT/bench_cuda.txt"
+  fi
 }
 
 case ${1:-} in

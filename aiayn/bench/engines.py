@@ -32,9 +32,12 @@ ENGINES = (
     f"{ONNX_PORTABLE} fp32",
     f"{ONNX} fp32",
     f"{ONNX} int8",
+    f"{ONNX} fp16",  # on a GPU: the contract's fp16 graphs
     "ctranslate2 fp32",
     "ctranslate2 int8",
+    "ctranslate2 fp16",
 )
+COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16"}  # CTranslate2's names
 
 
 @dataclass(frozen=True)
@@ -45,10 +48,11 @@ class Setup:
     engine: str
     lanes: int = 1
     threads: int = 1
+    device: str = "cpu"
 
     @property
     def label(self) -> str:
-        return f"{self.engine} {self.lanes}×{self.threads}"
+        return f"{self.engine} {self.lanes}×{self.threads}" + (" cuda" if self.device == "cuda" else "")
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,23 @@ TWO_CORES = Framing(
     ),
 )
 FRAMINGS = (ONE_THREAD, TWO_CORES)
+# `aiayn bench --device cuda`: ONNX Runtime's CUDA provider (the contract's graphs, the state kept on the device)
+# against CTranslate2 on the same GPU, fp32 and fp16, one stream each.
+ON_CUDA = Framing(
+    "CUDA",
+    tuple(
+        Setup(name, device="cuda") for name in (f"{ONNX} fp32", f"{ONNX} fp16", "ctranslate2 fp32", "ctranslate2 fp16")
+    ),
+    (
+        (f"{ONNX} fp32 1×1 cuda", ("ctranslate2 fp32 1×1 cuda",)),
+        (f"{ONNX} fp16 1×1 cuda", ("ctranslate2 fp16 1×1 cuda",)),
+    ),
+)
 
 
-def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
-    """A copy of the model folder with every export the engines need: the contract's ONNX graphs, CTranslate2.
-    (The fast engine builds its graphs from the weights when it loads.)"""
+def prepare(folder: ModelFolder, workdir: Path, variants: tuple[str, ...] = ("fp32",)) -> ModelFolder:
+    """A copy of the model folder with every export the engines need: the contract's ONNX graphs (``variants``),
+    CTranslate2. (The fast CPU engine builds its graphs from the weights when it loads.)"""
     from aiayn.export.ctranslate2 import export_ctranslate2
     from aiayn.export.onnx_export import export_onnx
     from aiayn.model.weights import load_model
@@ -100,7 +116,7 @@ def prepare(folder: ModelFolder, workdir: Path) -> ModelFolder:
     shutil.copytree(folder.path, workdir, dirs_exist_ok=True)
     copy = ModelFolder.open(workdir)
     model = load_model(copy)
-    export_onnx(model, copy, ("fp32",))
+    export_onnx(model, copy, variants)
     export_ctranslate2(model, copy.tokenizer, copy.path)
     return copy
 
@@ -125,7 +141,7 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) 
 
     translator = ctranslate2.Translator(
         str(folder.ctranslate2_dir),
-        device="cpu",
+        device=setup.device,
         compute_type=compute_type,
         intra_threads=setup.threads,
         inter_threads=setup.lanes,
@@ -152,7 +168,7 @@ def make_engine(setup: Setup, folder: ModelFolder) -> Translate:
     if name not in ENGINES:
         raise ValueError(f"unknown bench engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name.startswith("ctranslate2"):
-        return ctranslate2_translate(folder, "float32" if name.endswith("fp32") else "int8", setup)
+        return ctranslate2_translate(folder, COMPUTE_TYPES[name.split()[-1]], setup)
     if name in (NO_CACHE, TORCH):
         import torch
 
@@ -163,5 +179,5 @@ def make_engine(setup: Setup, folder: ModelFolder) -> Translate:
 
         return step_translate(NoCacheEngine(load_model(folder)), folder, 1)
     engine, _, variant = name.partition(" ")
-    loaded = load_engine(folder, engine, "cpu", variant or "fp32", cores=setup.lanes)
+    loaded = load_engine(folder, engine, setup.device, variant or "fp32", cores=setup.lanes)
     return step_translate(loaded, folder, loaded.lanes)

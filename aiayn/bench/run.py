@@ -160,9 +160,10 @@ def run_bench(
     measured: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     setups = list(dict.fromkeys(setup for framing in framings for setup in framing.setups))
     with tempfile.TemporaryDirectory() as tmp:
-        copy = prepare(folder, Path(tmp) / "model")
+        gpu = any(s.device == "cuda" for s in setups)
+        copy = prepare(folder, Path(tmp) / "model", ("fp32", "fp16") if gpu else ("fp32",))
         workers = [
-            Worker(s.label, "aiayn.bench.worker", str(copy.path), s.engine, str(s.lanes), str(s.threads))
+            Worker(s.label, "aiayn.bench.worker", str(copy.path), s.engine, str(s.lanes), str(s.threads), s.device)
             for s in setups
         ]
         try:

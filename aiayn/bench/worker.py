@@ -37,9 +37,9 @@ def measure(translate: Translate, sentences: list[str], beam: int, batch: int, l
 
 
 def main() -> None:
-    """``python -m aiayn.bench.worker FOLDER ENGINE LANES THREADS``, then lines ``{"sentences", "beam", "batch"}``
-    on stdin."""
-    setup = Setup(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    """``python -m aiayn.bench.worker FOLDER ENGINE LANES THREADS DEVICE``, then lines ``{"sentences", "beam",
+    "batch"}`` on stdin."""
+    setup = Setup(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     translate = make_engine(setup, ModelFolder.open(sys.argv[1]))
     answer({"ready": True})
     warmed: set[tuple[int, int]] = set()

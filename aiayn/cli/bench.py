@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import add_data_flag, add_model_flag, positive_int
+from aiayn.cli.args import UserError, add_data_flag, add_model_flag, positive_int
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -58,10 +58,20 @@ def cmd_bench(args: argparse.Namespace) -> None:
         corpus = load_split_for(folder, "train", args.data)
         print(train_report(run_train_bench(folder, corpus, QUICK if args.quick else FULL), json_path))
         return
+    from aiayn.bench.engines import FRAMINGS, ON_CUDA
     from aiayn.bench.run import FULL, QUICK, report, run_bench
 
+    if args.device == "cuda":
+        from aiayn.engines.onnx.sessions import gpu_unavailable
+
+        reason = gpu_unavailable(1)
+        if reason:
+            raise UserError(
+                f"--device cuda: ONNX Runtime cannot run on a GPU here ({reason}); bench on a machine with one"
+            )
     corpus = load_split_for(folder, "test_2016_flickr", args.data)
-    result = run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL)
+    framings = (ON_CUDA,) if args.device == "cuda" else FRAMINGS
+    result = run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL, framings)
     print(report(result, json_path))
 
 
@@ -112,6 +122,13 @@ def add_bench(sub: Any) -> None:
         "--quick",
         action="store_true",
         help="fewer sentences and rounds (2 rounds of 40 sentences; the full run: 5 of 300); with --train: fewer steps",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu: every engine in both framings (1 thread each; each at its best on 2 cores); cuda: ONNX Runtime's "
+        "CUDA provider against CTranslate2 on the GPU, fp32 and fp16",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from aiayn.bench.engines import Framing, Setup
 from aiayn.bench.run import Plan, report, run_bench
 from aiayn.core.folder import ModelFolder
@@ -45,3 +47,15 @@ def test_interleaved_rounds_give_ratios_with_their_range_and_a_serving_row(tiny_
     ratio = next(r for r in figures["ratios"] if r["framing"] == "1 thread each" and r["search"] == "beam 4")
     assert ratio["ctranslate2"] == "ctranslate2 fp32 1×1" and ratio["ratio"] > 0
     assert figures["serving"]["identical"] is True and figures["rounds"] == 2
+
+
+def test_bench_on_cuda_says_why_not_where_no_gpu_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from aiayn.cli import main
+    from aiayn.engines.onnx.sessions import gpu_unavailable
+
+    reason = gpu_unavailable(1)
+    if not reason:
+        pytest.skip("a GPU runs ONNX Runtime here: `aiayn bench --device cuda` runs in full (scripts/gpu_session.sh)")
+    assert main(["bench", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: ONNX Runtime cannot run on a GPU here" in err and reason in err and "Traceback" not in err
