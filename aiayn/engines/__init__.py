@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 import numpy as np
@@ -9,6 +10,12 @@ import numpy as np
 from aiayn.search.step import State, StepModel
 
 DEVICES = ("auto", "cpu", "cuda")  # where an engine runs; auto: a GPU where one really works
+MAX_CORES = 4  # by default an engine takes the machine's cores, up to this many
+
+
+def default_cores() -> int:
+    return min(MAX_CORES, os.cpu_count() or 1)
+
 
 # One name per engine, in the CLI's --engine, the bench's rows and the logs. onnx: the serving graphs built from
 # the weights (``onnx/fused.py``, CPU); onnx-portable: the contract's graphs (``onnx/engine.py``, the reference,

@@ -4,21 +4,15 @@ installed), the translator over an engine, and the folder's decoding defaults.""
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import replace
 from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ENGINES, ONNX, TORCH, Engine
+from aiayn.engines import ENGINES, ONNX, TORCH, Engine, default_cores
 from aiayn.search.translator import SearchSettings, Translator
 
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
-MAX_CORES = 4  # by default an engine takes the machine's cores, up to this many
-
-
-def default_cores() -> int:
-    return min(MAX_CORES, os.cpu_count() or 1)
 
 
 def installed_engine() -> str:

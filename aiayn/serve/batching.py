@@ -22,6 +22,9 @@ from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.memory import Trimmer
 
+# The searches' arrays handed back (else kept by malloc at the size of the largest batch): one trimmer for every
+# batcher, so a page serving several models still trims at most once a second.
+TRIM = Trimmer()
 MAX_SENTENCES = 256  # per batch taken off the queue; the translator cuts it into length batches itself
 
 
@@ -40,7 +43,6 @@ class SearchBatcher:
         self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
-        self.trim = Trimmer()  # the searches' arrays, else kept by malloc at the size of the largest batch
 
     def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
         """The outputs of ``src_ids`` as ``Translator.outputs`` gives them, searched with other requests'."""
@@ -72,7 +74,7 @@ class SearchBatcher:
                 sentences += len(jobs[-1].src_ids)
             for settings in dict.fromkeys(job.settings for job in jobs):
                 self.search([job for job in jobs if job.settings == settings], settings)
-            self.trim()
+            TRIM()
 
     def search(self, jobs: list[Job], settings: SearchSettings) -> None:
         """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error)."""

@@ -11,7 +11,6 @@ on the CPU, OrtValues bound on the device on a GPU.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from aiayn.core.contract import (
     kv_names,
 )
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import DEVICES, ONNX_PORTABLE
+from aiayn.engines import DEVICES, ONNX_PORTABLE, default_cores
 from aiayn.engines.onnx.io import BoundIO, HostIO
 from aiayn.engines.onnx.sessions import CPU, CUDA, REEXPORT, check_graph, check_stamp, open_on_device
 from aiayn.engines.onnx.top_k import with_top_k_head
@@ -83,7 +82,7 @@ class OnnxEngine:
         folder.require([folder.config_file, folder.tokenizer_file, folder.weights_file, *files], fix)
         folder.check_weights()  # else a damaged file shows up as a hash mismatch that blames the graphs
         config = folder.config
-        threads = threads or min(4, os.cpu_count() or 1)
+        threads = threads or default_cores()
         encoder = open_on_device(files[0], files[0].read_bytes(), device, threads)
         # The decoder follows the encoder: both on CUDA, or both on the CPU.
         decoder_device = "cuda" if encoder.get_providers()[0] == CUDA else "cpu"

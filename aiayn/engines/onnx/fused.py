@@ -24,7 +24,6 @@ are updated in place) and a consumed state refuses to be used again.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from safetensors.numpy import load_file
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX
+from aiayn.engines import ONNX, default_cores
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
@@ -150,7 +149,7 @@ class FusedOnnxEngine:
         ``int8`` quantizes their weights (``quantize.py``). ``lanes`` searches may run it at once, each on
         ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        threads = threads or min(4, os.cpu_count() or 1)
+        threads = threads or default_cores()
         config = folder.config
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
