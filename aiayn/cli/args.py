@@ -57,15 +57,18 @@ def float_list(text: str) -> list[float]:
 
 
 def config_override(text: str) -> tuple[str, Any]:
-    """``--set dropout=0.3``: a ModelConfig field and a JSON value."""
+    """``--set dropout=0.3``, ``--set activation=swish``: a ModelConfig field and a JSON value (a bare word is
+    a string)."""
     name, sep, value = text.partition("=")
-    fields = set(ModelConfig.__dataclass_fields__) - {"special_tokens", "src_lang", "tgt_lang"}
+    fields = set(ModelConfig.__dataclass_fields__) - {"special_tokens", "src_lang", "tgt_lang", "never_generate"}
     if not sep or name not in fields:
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
     try:
         return name, json.loads(value)
     except json.JSONDecodeError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number or true/false") from None
+        if value.isidentifier():
+            return name, value
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number, true/false or a word") from None
 
 
 def add_model_flag(p: argparse.ArgumentParser) -> None:

@@ -15,12 +15,26 @@ from typing import Any
 
 @dataclass(frozen=True)
 class SpecialTokens:
-    """Ids of the four special tokens in the shared vocabulary."""
+    """Ids of the four special tokens in the shared vocabulary. ``bos`` is the decoder's start token; it may be
+    ``pad`` itself, as in Marian (OPUS-MT), whose decoder starts from ``<pad>`` and whose ``</s>`` is id 0."""
 
     pad: int = 0
     unk: int = 1
     bos: int = 2
     eos: int = 3
+
+    def distinct(self) -> tuple[int, ...]:
+        """The ids that must differ: every one but a ``bos`` that doubles as ``pad``."""
+        ids = (self.pad, self.unk, self.eos)
+        return ids if self.bos == self.pad else (*ids, self.bos)
+
+
+# The variants a checkpoint may need, each named once; the first of each is the paper's, and the default.
+ACTIVATIONS = ("relu", "swish", "gelu")  # eq. 2's max(0, ·); SiLU x·σ(x) (Marian); erf GELU
+POSITION_LAYOUTS = ("interleaved", "halves")  # §3.5's sin/cos pairs; Marian's sin of every pair, then every cos
+# Fields added after the first folders were written: the fingerprint leaves them out while they hold their
+# defaults, so those folders' exported graphs stay tied to their config.
+LATER_FIELDS = ("activation", "positions", "scale_embedding", "logits_bias", "never_generate")
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,12 @@ class ModelConfig:
     src_lang: str = "en"
     tgt_lang: str = "de"
     special_tokens: SpecialTokens = field(default_factory=SpecialTokens)
+    # What imported checkpoints need (``aiayn import``); the defaults are the paper's model as `aiayn train` makes it.
+    activation: str = "relu"  # of the feed-forward's hidden layer (eq. 2), one of ACTIVATIONS
+    positions: str = "interleaved"  # the sinusoids' layout (§3.5), one of POSITION_LAYOUTS
+    scale_embedding: bool = True  # embeddings × √d_model before the positions are added (§3.4)
+    logits_bias: bool = False  # a learned bias on the logits (Marian's final_logits_bias)
+    never_generate: tuple[int, ...] = ()  # token ids the search never chooses (Marian: <pad>, its bad_words_ids)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -49,8 +69,18 @@ class ModelConfig:
         if self.d_model % 2:
             raise ValueError(f"d_model {self.d_model} must be even for the sinusoidal positions")
         ids = dataclasses.astuple(self.special_tokens)
-        if len(set(ids)) != len(ids) or max(ids) >= self.vocab_size or min(ids) < 0:
-            raise ValueError(f"special token ids {ids} must be distinct and below vocab_size")
+        distinct = self.special_tokens.distinct()
+        if len(set(distinct)) != len(distinct) or max(ids) >= self.vocab_size or min(ids) < 0:
+            raise ValueError(
+                f"special token ids {ids} must be distinct (only bos may equal pad) and below vocab_size"
+            )
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        if self.positions not in POSITION_LAYOUTS:
+            raise ValueError(f"positions {self.positions!r} is not one of {', '.join(POSITION_LAYOUTS)}")
+        banned = set(self.never_generate)
+        if any(not 0 <= i < self.vocab_size for i in banned) or self.special_tokens.eos in banned:
+            raise ValueError(f"never_generate {self.never_generate} must be ids below vocab_size, </s> not among them")
 
     @property
     def d_head(self) -> int:
@@ -71,11 +101,17 @@ class ModelConfig:
         data = dict(data)
         if "special_tokens" in data:
             data["special_tokens"] = SpecialTokens(**data["special_tokens"])
+        if "never_generate" in data:
+            data["never_generate"] = tuple(data["never_generate"])  # a JSON list
         return cls(**data)
 
     def fingerprint(self) -> str:
         """A short hash of the architecture and token ids, to tie exported files to this config."""
-        text = json.dumps(self.to_dict(), sort_keys=True)
+        data, defaults = self.to_dict(), ModelConfig()
+        for name in LATER_FIELDS:
+            if data[name] == getattr(defaults, name):
+                del data[name]
+        text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import variant_file
 from aiayn.core.normalizer import is_tidy, tidied
-from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
+from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, SubwordTokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -116,6 +116,7 @@ class ModelFolder:
         self.path = Path(path)
         self.config_file = self.path / CONFIG_FILE
         self.tokenizer_file = self.path / TOKENIZER_FILE
+        self.target_tokenizer_file = self.path / TARGET_TOKENIZER_FILE
         self.weights_file = self.path / WEIGHTS_FILE
         self.record_file = self.path / TRAINING_RECORD_FILE
         self.plot_file = self.path / TRAINING_PLOT_FILE
@@ -247,6 +248,13 @@ class ModelFolder:
         """The ``search`` section's length penalty, tuned on val (None, for a folder without one)."""
         penalty = self.section(SEARCH_SECTION).get("length_penalty")
         return None if penalty is None else float(penalty)
+
+    def search_defaults(self) -> dict[str, Any]:
+        """The ``search`` section's decoding defaults that are set: ``length_penalty`` (tuned on val), and for an
+        imported checkpoint its own ``beam_size`` and ``length_normalization`` (``aiayn.search.translator``)."""
+        section = self.section(SEARCH_SECTION)
+        kinds: dict[str, type] = {"beam_size": int, "length_penalty": float, "length_normalization": str}
+        return {key: kind(section[key]) for key, kind in kinds.items() if section.get(key) is not None}
 
     def clause_limit(self) -> int | None:
         """The ``clauses`` section's ``split_over_tokens``: a sentence longer than this (tokens, </s> included) is

@@ -1,5 +1,8 @@
-"""Subword tokenizer (HF `tokenizers` BPE): one vocabulary shared by source and target (§3.4).
+"""Subword tokenizer (HF `tokenizers`): one vocabulary shared by source and target (§3.4).
 
+`aiayn train` learns one BPE model for both sides (``tokenizer.json``). An imported checkpoint may cut the
+two languages into pieces of that one vocabulary by different models (Marian's source.spm and target.spm):
+its folder then holds the target side's as well (``target_tokenizer.json``), which encodes training targets.
 Torch-free: the serving path loads it next to ONNX Runtime.
 """
 
@@ -15,6 +18,7 @@ from aiayn.core.config import SpecialTokens
 from aiayn.core.normalizer import is_tidy, normalize_text, tidy_normalizer
 
 TOKENIZER_FILE = "tokenizer.json"  # the name HF `tokenizers` users expect; a model folder holds it
+TARGET_TOKENIZER_FILE = "target_tokenizer.json"  # only where the target side has its own (imported checkpoints)
 SPECIAL_TOKEN_TEXT = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 METASPACE = "▁"
 
@@ -28,9 +32,14 @@ class SubwordTokenizer:
     whose ``⁄`` the file's first step then drops alone, where the file itself drops the whole ``¼``.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer, target: Tokenizer | None = None) -> None:
+        self.tokenizer = tokenizer  # the source side's, and the target's where ``target`` is None
+        self.target = target
         self.tidies_itself = is_tidy(tokenizer)
+        if target is not None and target.get_vocab(with_added_tokens=True) != tokenizer.get_vocab(
+            with_added_tokens=True
+        ):
+            raise ValueError("the source and target tokenizers must share one vocabulary, id for id")
 
     @property
     def vocab_size(self) -> int:
@@ -42,6 +51,12 @@ class SubwordTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         encodings = self.tokenizer.encode_batch([self.tidy(t) for t in texts], add_special_tokens=False)
         return [e.ids for e in encodings]
+
+    def encode_target_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target-side text as training targets (without </s>): by the target side's own model where it has one."""
+        if self.target is None:
+            return self.encode_batch(texts)
+        return [e.ids for e in self.target.encode_batch(list(texts), add_special_tokens=False)]
 
     def tidy(self, text: str) -> str:
         """``text`` as the file's tokenizer should get it: as it is, or tidied for a plain-NFKC file."""
@@ -88,27 +103,27 @@ class SubwordTokenizer:
         return [self.id_to_token(i).replace(METASPACE, "_") for i in ids]
 
     def save(self, path: str | Path) -> None:
-        """Write ``tokenizer.json`` (``path`` is the file, or a folder to hold it), atomically."""
+        """Write ``tokenizer.json`` (``path`` is the file, or a folder to hold it), and beside it
+        ``target_tokenizer.json`` where the target side has its own; atomically, each."""
         path = resolve_file(path)
-        tmp = path.with_name(path.name + ".tmp")
-        self.tokenizer.save(str(tmp))
-        tmp.replace(path)
+        for tokenizer, file in ((self.tokenizer, path), (self.target, path.with_name(TARGET_TOKENIZER_FILE))):
+            if tokenizer is None:
+                file.unlink(missing_ok=True)  # a folder re-created with one shared tokenizer
+                continue
+            tmp = file.with_name(file.name + ".tmp")
+            tokenizer.save(str(tmp))
+            tmp.replace(file)
 
     @classmethod
     def load(cls, path: str | Path) -> SubwordTokenizer:
-        """Read a file written by :meth:`save` (``path`` is the file, or the folder holding it)."""
+        """Read what :meth:`save` wrote (``path`` is ``tokenizer.json``, or the folder holding it)."""
         path = resolve_file(path)
         if not path.is_file():
             raise FileNotFoundError(
                 f"{path} is missing; a model folder needs the tokenizer that `aiayn train` writes there"
             )
-        try:
-            return cls(Tokenizer.from_file(str(path)))
-        except Exception as err:  # tokenizers raises a bare Exception on a corrupt file
-            raise ValueError(
-                f"{path} is not a valid tokenizer file ({err}); copy it again from the model's source "
-                "or re-create the model folder with `aiayn train`"
-            ) from err
+        target_file = path.with_name(TARGET_TOKENIZER_FILE)
+        return cls(read_tokenizer(path), read_tokenizer(target_file) if target_file.is_file() else None)
 
     def _checked(self, ids: Sequence[int]) -> list[int]:
         """``ids`` as a list; HF silently skips unknown ids, which would hide a model/tokenizer mismatch."""
@@ -121,6 +136,16 @@ class SubwordTokenizer:
                 "the model and tokenizer.json come from different model folders"
             )
         return ids
+
+
+def read_tokenizer(path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception on a corrupt file
+        raise ValueError(
+            f"{path} is not a valid tokenizer file ({err}); copy it again from the model's source "
+            "or re-create the model folder with `aiayn train` or `aiayn import`"
+        ) from err
 
 
 def resolve_file(path: str | Path) -> Path:

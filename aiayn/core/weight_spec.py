@@ -16,6 +16,7 @@ from aiayn.core.config import ModelConfig
 
 EMBEDDING = "embedding.weight"  # (vocab, d_model), tied: input embeddings and the pre-softmax projection (§3.4)
 ENCODER_NORM, DECODER_NORM = "encoder_norm", "decoder_norm"  # pre-LN only: each stack's final LayerNorm
+LOGITS_BIAS = "embedding.bias"  # (vocab,) on the tied projection's logits, only where the config has one (Marian)
 # A layer's sub-layers (§3.1), each with its residual's LayerNorm (``norm``).
 SELF_ATTN, CROSS_ATTN, FEED_FORWARD = "self_attn", "cross_attn", "feed_forward"
 ENCODER_SUBLAYERS = (SELF_ATTN, FEED_FORWARD)
@@ -72,6 +73,8 @@ def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     if config.norm_first:
         layer_norm(ENCODER_NORM)
         layer_norm(DECODER_NORM)
+    if config.logits_bias:
+        shapes[LOGITS_BIAS] = (config.vocab_size,)
     return shapes
 
 

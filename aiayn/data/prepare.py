@@ -78,9 +78,10 @@ def write_split(
         TokenArrayWriter(Path(f"{prefix}.tgt"), dtype) as tgt_out,
     ):
         for chunk in chunks(source.pairs(), settings.batch_pairs):
-            ids = tokenizer.encode_batch([text for pair in chunk for text in pair])  # src, tgt, src, tgt, ...
+            sources = tokenizer.encode_batch([src_text for src_text, _ in chunk])
+            targets = tokenizer.encode_target_batch([tgt_text for _, tgt_text in chunk])
             kept_src, kept_tgt = [], []
-            for (_, tgt_text), src, tgt in zip(chunk, ids[0::2], ids[1::2], strict=True):
+            for (_, tgt_text), src, tgt in zip(chunk, sources, targets, strict=True):
                 if not src or not tgt:
                     counts["skipped_empty"] += 1
                 elif max(len(src), len(tgt)) + 1 > settings.max_length:  # + its </s>
@@ -158,7 +159,8 @@ class PreparedData:
 
 
 def tokenizer_sha256(tokenizer: SubwordTokenizer) -> str:
-    return hashlib.sha256(tokenizer.tokenizer.to_str().encode()).hexdigest()
+    text = tokenizer.tokenizer.to_str() + (tokenizer.target.to_str() if tokenizer.target is not None else "")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def describe_sources(train: PairSource, valid: PairSource) -> dict[str, Any]:

@@ -71,6 +71,6 @@ def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) ->
 
 
 def search_settings_for(folder: ModelFolder, **changes: Any) -> SearchSettings:
-    """``folder``'s decoding defaults (its length penalty, if tuned on val), then ``changes``."""
-    penalty = folder.length_penalty()
-    return replace(SearchSettings() if penalty is None else SearchSettings(length_penalty=penalty), **changes)
+    """``folder``'s decoding defaults (its length penalty, if tuned on val; an imported checkpoint's beam and
+    normalisation), then ``changes`` (a change of None keeps the default)."""
+    return replace(SearchSettings(**folder.search_defaults()), **{k: v for k, v in changes.items() if v is not None})

@@ -18,6 +18,7 @@ class NoCacheEngine(FullDistributionStep[NoCacheState]):
     def __init__(self, model: Transformer) -> None:
         self.inner = TorchEngine(model)
         self.bos_id, self.eos_id, self.pad_id = self.inner.bos_id, self.inner.eos_id, self.inner.pad_id
+        self.never_generate = self.inner.never_generate
 
     def start(self, src_ids: np.ndarray) -> NoCacheState:
         return self.inner.start(src_ids), np.zeros((src_ids.shape[0], 0), dtype=np.int64)

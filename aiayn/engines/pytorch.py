@@ -35,6 +35,7 @@ class TorchEngine(FullDistributionStep[TorchState]):
         self.lanes = 1  # PyTorch parallelises inside each op with its own threads
         tokens = model.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
+        self.never_generate = model.config.never_generate
 
     def tensor(self, ids: np.ndarray) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)

@@ -4,7 +4,7 @@ and score it with sacreBLEU and chrF. Torch-free itself: the engine (PyTorch or 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -114,13 +114,15 @@ def tune_length_penalty(
     folder's config.json (``search``), where every later translation of the folder takes it from."""
     if corpus.split != "val":
         raise ValueError(f"tune the length penalty on val only, not {corpus.split}: test sets are for reporting")
-    bleu = {}
+    bleu, base = {}, SearchSettings(**folder.search_defaults())
     for alpha in candidates:
-        bleu[alpha] = evaluate(translator, corpus, SearchSettings(beam_size, alpha), progress=False).scores.bleu
+        settings = replace(base, beam_size=beam_size, length_penalty=alpha)
+        bleu[alpha] = evaluate(translator, corpus, settings, progress=False).scores.bleu
     best = max(candidates, key=lambda alpha: bleu[alpha])  # the first listed wins a tie
     folder.write_section(
         SEARCH_SECTION,
         {
+            **folder.section(SEARCH_SECTION),  # an imported checkpoint's beam and normalisation stay
             "length_penalty": best,
             "tuned_on": {
                 "split": corpus.split,

@@ -13,24 +13,31 @@ from aiayn.model.attention import MultiHeadAttention
 
 
 class TokenEmbedding(nn.Module):
-    """§3.4: learned embeddings multiplied by √d_model; the same matrix is the pre-softmax projection."""
+    """§3.4: learned embeddings multiplied by √d_model; the same matrix is the pre-softmax projection.
 
-    def __init__(self, vocab_size: int, d_model: int) -> None:
+    An imported checkpoint may leave the scale out (``scale_embedding``) or add a bias to the logits
+    (``logits_bias``, Marian's ``final_logits_bias``)."""
+
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        d_model = config.d_model
+        self.weight = nn.Parameter(torch.empty(config.vocab_size, d_model))
         # std d^-1/2 so that the scaled embedding has unit variance and the tied projection stays small.
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if config.scale_embedding else 1.0
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.logits_bias else None
 
     def forward(self, ids: Tensor) -> Tensor:
         return F.embedding(ids, self.weight) * self.scale  # (batch, len, d_model)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return hidden @ self.weight.t()  # (batch, len, vocab)
+        logits = hidden @ self.weight.t()  # (batch, len, vocab)
+        return logits if self.bias is None else logits + self.bias
 
 
-def sinusoidal_positions(positions: Tensor, d_model: int) -> Tensor:
-    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), interleaved.
+def sinusoidal_positions(positions: Tensor, d_model: int, layout: str = "interleaved") -> Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), interleaved; or, Marian's layout
+    (``halves``), the same d/2 sines first and the d/2 cosines after them.
 
     Computed from the positions themselves, so any length and any offset work.
     ``positions`` (len,) → (len, d_model).
@@ -39,20 +46,26 @@ def sinusoidal_positions(positions: Tensor, d_model: int) -> Tensor:
         torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device) * (-math.log(10000.0) / d_model)
     )
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (len, d_model / 2)
+    if layout == "halves":
+        return torch.cat((angles.sin(), angles.cos()), dim=-1)
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
 
 
-class FeedForward(nn.Module):
-    """Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}  # config.ACTIVATIONS, as torch functions
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2 (or another activation in place of max(0, ·), ``activation``)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(activation_dropout)
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
 class Residual(nn.Module):
@@ -84,7 +97,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
         self.self_attn_residual = Residual(config)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout, config.activation)
         self.feed_forward_residual = Residual(config)
 
     def forward(self, x: Tensor, src_allowed: Tensor) -> Tensor:
@@ -103,7 +116,7 @@ class DecoderLayer(nn.Module):
         self.self_attn_residual = Residual(config)
         self.cross_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
         self.cross_attn_residual = Residual(config)
-        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout)
+        self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation_dropout, config.activation)
         self.feed_forward_residual = Residual(config)
 
     def forward(

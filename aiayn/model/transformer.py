@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.core.config import ModelConfig
+from aiayn.core.weight_spec import EMBEDDING
 from aiayn.model.cache import KVCache
 from aiayn.model.layers import DecoderLayer, EncoderLayer, TokenEmbedding, sinusoidal_positions
 from aiayn.model.masks import causal_mask, padding_mask
@@ -25,7 +26,7 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.embedding = TokenEmbedding(config.vocab_size, config.d_model)
+        self.embedding = TokenEmbedding(config)
         self.dropout = nn.Dropout(config.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
@@ -33,7 +34,7 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.decoder_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         for name, param in self.named_parameters():
-            if param.dim() == 2 and name != "embedding.weight":
+            if param.dim() == 2 and name != EMBEDDING:
                 nn.init.xavier_uniform_(param)
             elif name.endswith("bias") and "norm" not in name:
                 nn.init.zeros_(param)
@@ -42,7 +43,8 @@ class Transformer(nn.Module):
         """§3.4–3.5: scaled token embeddings plus positions ``offset ..``, then dropout (§5.4)."""
         positions = torch.arange(ids.size(1), device=ids.device) + offset
         tokens = self.embedding(ids)
-        return self.dropout(tokens + sinusoidal_positions(positions, self.config.d_model).to(tokens.dtype))
+        table = sinusoidal_positions(positions, self.config.d_model, self.config.positions)
+        return self.dropout(tokens + table.to(tokens.dtype))
 
     def source_mask(self, src_ids: Tensor) -> Tensor:
         return padding_mask(src_ids, self.config.special_tokens.pad)  # (batch, 1, 1, src_len)

@@ -1,6 +1,6 @@
 """The one NumPy search shared by the PyTorch and ONNX Runtime engines, over the ``StepModel`` interface."""
 
-from aiayn.search.beam import Hypothesis, beam_search, beam_search_nbest, gnmt_length_penalty
+from aiayn.search.beam import Hypothesis, beam_search, beam_search_nbest, length_penalty_of
 from aiayn.search.greedy import greedy_search, max_lengths
 from aiayn.search.output import Output, mean_log_prob
 from aiayn.search.step import StepModel
@@ -11,7 +11,7 @@ __all__ = [
     "StepModel",
     "beam_search",
     "beam_search_nbest",
-    "gnmt_length_penalty",
+    "length_penalty_of",
     "greedy_search",
     "max_lengths",
     "mean_log_prob",

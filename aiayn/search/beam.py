@@ -1,5 +1,8 @@
 """Beam search with the GNMT length penalty (§6.1: beam 4, α = 0.6), batched over sentences.
 
+A finished hypothesis is ranked by its log-probability over lp(|Y|): GNMT's ((5 + |Y|) / 6)^α by default,
+or |Y|^α (``power``), the normalisation of Hugging Face's ``generate`` that imported checkpoints were tuned with.
+
 Stopping rule (fairseq's): a sentence is done once it holds ``beam_size`` finished
 hypotheses, when it reaches its length limit (its live beams are then finished as
 they are, without </s>), or when no live beam is left. With beam 1 this is exactly
@@ -17,7 +20,7 @@ import numpy as np
 
 from aiayn.search.greedy import max_lengths
 from aiayn.search.output import Output
-from aiayn.search.step import StepModel, top_columns
+from aiayn.search.step import StepModel, allowed_top, top_columns
 
 
 @dataclass(frozen=True)
@@ -27,9 +30,19 @@ class Hypothesis(Output):
     score: float
 
 
-def gnmt_length_penalty(length: int, alpha: float) -> float:
-    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016); |Y| counts the generated tokens, </s> included."""
-    return ((5.0 + length) / 6.0) ** alpha
+LENGTH_NORMALIZATIONS = ("gnmt", "power")
+
+
+def length_penalty_of(length: int, alpha: float, normalization: str = "gnmt") -> float:
+    """lp(Y) = ((5 + |Y|) / 6)^α (``gnmt``: Wu et al., 2016) or |Y|^α (``power``: Hugging Face's); |Y| counts
+    the generated tokens, </s> included."""
+    if normalization == "power":
+        return float(length) ** alpha
+    if normalization == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    raise ValueError(
+        f"unknown length normalization {normalization!r}; choose one of {', '.join(LENGTH_NORMALIZATIONS)}"
+    )
 
 
 def beam_search_nbest(
@@ -38,6 +51,7 @@ def beam_search_nbest(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_len: int | np.ndarray | None = None,
+    length_normalization: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """Up to ``beam_size`` hypotheses per row of ``src_ids`` (batch, src_len), best first.
 
@@ -59,7 +73,7 @@ def beam_search_nbest(
     finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) len(finished[s]), kept as an array
     for length in range(1, int(limits.max()) + 1):
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
-        top_log_probs, top_ids, state = model.step_top(state, last, 2 * k)  # (n * k, kk) each
+        top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k)  # (n * k, kk) each
         n, kk = active.size, top_ids.shape[1]
         row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
         candidates = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
@@ -74,7 +88,7 @@ def beam_search_nbest(
         live = possible & ~is_eos
         live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
         in_beam = live_rank - live < k  # (n, m) fewer than k live candidates better than each
-        penalty = gnmt_length_penalty(length, length_penalty)
+        penalty = length_penalty_of(length, length_penalty, length_normalization)
         ends = possible & is_eos & in_beam  # (n, m) the </s> candidates that rank in the beam
         if ends.any():
             for r, c in zip(*np.nonzero(ends), strict=True):
@@ -116,7 +130,8 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_len: int | np.ndarray | None = None,
+    length_normalization: str = "gnmt",
 ) -> list[Output]:
     """The best output per row of ``src_ids`` (batch, src_len), from the n-best (none found: empty, -inf)."""
-    nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len)
+    nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len, length_normalization)
     return [hyps[0] if hyps else Output([], -np.inf, False) for hyps in nbest]

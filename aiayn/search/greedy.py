@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from aiayn.search.output import Output
-from aiayn.search.step import StepModel
+from aiayn.search.step import StepModel, allowed_top
 
 EXTRA_LEN = 50  # §6.1: "maximum output length ... input length + 50"
 
@@ -37,7 +37,7 @@ def greedy_search(model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.
     rows = np.arange(batch)  # the sentence of each state row
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (rows, 1)
     for length in range(1, int(limits.max()) + 1):
-        top_log_probs, best, state = model.step_top(state, last, 1)  # (rows, 1) each
+        top_log_probs, best, state = allowed_top(model, state, last, 1)  # (rows, 1) each
         choice = best[:, 0]  # (rows,) ties go to the lower id
         log_probs[rows] += top_log_probs[:, 0]
         for row, token in zip(rows.tolist(), choice.tolist(), strict=True):

@@ -28,6 +28,7 @@ class StepModel(Protocol[State]):
     bos_id: int
     eos_id: int
     pad_id: int
+    never_generate: tuple[int, ...]  # ids the search never chooses (the config's; Marian: <pad>)
 
     def start(self, src_ids: np.ndarray) -> State:
         """Encode a batch; ``src_ids`` (batch, src_len) int64, right-padded with ``pad_id``."""
@@ -80,6 +81,23 @@ def tie_aware_columns(scores: np.ndarray, threshold: np.ndarray, m: int) -> np.n
     room = m - above.sum(axis=1, keepdims=True)  # (rows, 1) how many tied columns to take
     chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # m per row
     return np.nonzero(chosen)[1].reshape(-1, m)  # (rows, m) ascending
+
+
+def allowed_top(
+    model: StepModel[State], state: State, tgt_ids: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, State]:
+    """``model.step_top`` without the ids the model never generates: each row's ``k`` best of the others.
+
+    As Hugging Face's ``bad_words_ids`` do, the banned tokens are left out after the log-softmax, so the
+    others' log-probabilities stay as the model gave them (not renormalised)."""
+    banned = model.never_generate
+    if not banned:
+        return model.step_top(state, tgt_ids, k)
+    log_probs, ids, state = model.step_top(state, tgt_ids, k + len(banned))  # (rows, ≤ k + banned) each
+    # Every row loses at most len(banned) columns; with the whole vocabulary returned it loses exactly that many.
+    m = min(k, ids.shape[1] - len(banned))
+    keep = np.argsort(np.isin(ids, banned), axis=1, kind="stable")[:, :m]  # (rows, m) the allowed, best first
+    return np.take_along_axis(log_probs, keep, axis=1), np.take_along_axis(ids, keep, axis=1), state
 
 
 class FullDistributionStep(Generic[State]):

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from aiayn.search.beam import beam_search
+from aiayn.search.beam import LENGTH_NORMALIZATIONS, beam_search
 from aiayn.search.greedy import EXTRA_LEN, greedy_search
 from aiayn.search.output import Output
 from aiayn.search.step import StepModel
@@ -32,15 +32,21 @@ class TextCodec(Protocol):
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """§6.1: beam 4, length penalty α = 0.6, output at most input length + 50. Beam 1 is greedy."""
+    """§6.1: beam 4, length penalty α = 0.6, output at most input length + 50. Beam 1 is greedy.
+    An imported checkpoint brings its own beam and normalisation (``power``: Hugging Face's |Y|^α)."""
 
     beam_size: int = 4
     length_penalty: float = 0.6
     max_extra_len: int = EXTRA_LEN
+    length_normalization: str = "gnmt"  # one of beam.LENGTH_NORMALIZATIONS
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
             raise ValueError(f"beam size must be at least 1, got {self.beam_size}")
+        if self.length_normalization not in LENGTH_NORMALIZATIONS:
+            raise ValueError(
+                f"length normalization {self.length_normalization!r} is not one of {', '.join(LENGTH_NORMALIZATIONS)}"
+            )
         if self.max_extra_len < 1:
             raise ValueError(f"max_extra_len must be at least 1, got {self.max_extra_len}")
 
@@ -123,7 +129,14 @@ class Translator:
             max_len = (padded != self.engine.pad_id).sum(axis=1) + settings.max_extra_len  # (batch,)
             if settings.beam_size == 1:
                 return greedy_search(self.engine, padded, max_len=max_len)
-            return beam_search(self.engine, padded, settings.beam_size, settings.length_penalty, max_len=max_len)
+            return beam_search(
+                self.engine,
+                padded,
+                settings.beam_size,
+                settings.length_penalty,
+                max_len=max_len,
+                length_normalization=settings.length_normalization,
+            )
 
         searched = map(search, batches) if self.pool is None else self.pool.map(search, batches)
         for batch, results in zip(batches, searched, strict=True):

@@ -13,8 +13,8 @@ from aiayn.search import (
     Output,
     beam_search,
     beam_search_nbest,
-    gnmt_length_penalty,
     greedy_search,
+    length_penalty_of,
     max_lengths,
     mean_log_prob,
 )
@@ -40,6 +40,7 @@ class ToyModel(FullDistributionStep[ToyState]):
     """
 
     bos_id, eos_id, pad_id = BOS, EOS, PAD
+    never_generate: tuple[int, ...] = ()
 
     def __init__(self, table: np.ndarray) -> None:
         self.table = table.astype(np.float32)  # (keys, vocab, positions, vocab)
@@ -87,7 +88,7 @@ class ToyModel(FullDistributionStep[ToyState]):
 
 
 def score(model: ToyModel, key: int, output: list[int], ended: bool, alpha: float) -> float:
-    return model.log_prob(key, output, ended) / gnmt_length_penalty(len(output) + ended, alpha)
+    return model.log_prob(key, output, ended) / length_penalty_of(len(output) + ended, alpha)
 
 
 def source(*tokens: int) -> np.ndarray:

@@ -51,6 +51,7 @@ class OnnxEngine:
         self.config, self.io, self.provider, self.lanes = config, io, provider, lanes
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
+        self.never_generate = config.never_generate
         self.vocab_size = config.vocab_size
         self.cross_names = kv_names(config, "cross")
         self.past_names = kv_names(config, "past")

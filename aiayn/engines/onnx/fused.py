@@ -126,6 +126,7 @@ class FusedOnnxEngine:
         self.attention_engine: OnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
+        self.never_generate = config.never_generate
         self.n_kv = 2 * config.n_decoder_layers
         self.cross_names, self.cache_names, self.present_names = (
             contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
