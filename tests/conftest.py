@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import bundled_models
 from aiayn.data.multi30k import find_data_dir
 
@@ -64,6 +65,58 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     save_weights(Transformer(config), ModelFolder.create(folder, config, tokenizer))
     export_onnx(load_model(folder), folder, ("fp32", "int8"))
+    return folder
+
+
+def marian_like_config(vocab_size: int) -> ModelConfig:
+    """A tiny config with every choice an imported Marian (OPUS-MT) checkpoint makes where ours differ: SiLU,
+    sin | cos halves, a logits bias, </s> at 0 and <pad> last, doubling as the decoder's start, never generated."""
+    pad = vocab_size - 1
+    return ModelConfig(
+        vocab_size=vocab_size,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        layer_norm_eps=1e-5,
+        max_len=512,
+        special_tokens=SpecialTokens(pad=pad, unk=1, bos=pad, eos=0),
+        activation="swish",
+        positions="halves",
+        logits_bias=True,
+        never_generate=(pad,),
+    )
+
+
+@pytest.fixture(scope="session")
+def marian_like_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised tiny folder of ``marian_like_config`` (a word-level tokenizer of the invented
+    sentences stands in for SentencePiece), with its exported ONNX graphs; its logits bias is not zero."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from aiayn.core.folder import ModelFolder
+    from aiayn.core.tokenizer import SubwordTokenizer
+    from aiayn.export.onnx_export import export_onnx
+    from aiayn.model.transformer import Transformer
+    from aiayn.model.weights import load_model, save_weights
+
+    words = sorted({word for sentence in INVENTED for word in sentence.split()})
+    vocab = {"</s>": 0, "<unk>": 1, **{word: i + 2 for i, word in enumerate(words)}}
+    vocab["<pad>"] = len(vocab)
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    raw.add_special_tokens(["</s>", "<unk>", "<pad>"])
+    config = marian_like_config(len(vocab))
+    folder = tmp_path_factory.mktemp("marian-like-model")
+    torch.manual_seed(0)
+    model = Transformer(config)
+    with torch.no_grad():
+        model.embedding.bias.normal_(0.0, 0.2)
+    save_weights(model, ModelFolder.create(folder, config, SubwordTokenizer(raw)))
+    export_onnx(load_model(folder), folder)
     return folder
 
 
