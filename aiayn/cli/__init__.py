@@ -13,6 +13,7 @@ from aiayn.cli.args import HelpFormatter, UserError
 from aiayn.cli.bench import add_bench
 from aiayn.cli.evaluate import add_eval
 from aiayn.cli.export import add_export
+from aiayn.cli.importing import add_import
 from aiayn.cli.prepare import add_prepare
 from aiayn.cli.serve import add_serve, add_translate
 from aiayn.cli.train import add_train
@@ -21,7 +22,7 @@ from aiayn.engines.load import installed_engine
 __all__ = ["UserError", "build_parser", "main"]
 
 # Commands that train or convert weights need PyTorch, which the demo install leaves out.
-NEEDS_TORCH = ("train", "export", "bench")
+NEEDS_TORCH = ("train", "import", "export", "bench")
 FULL_INSTALL = 'pip install torch==2.13.0 -e ".[dev]"'
 
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_prepare(sub)
     add_train(sub)
+    add_import(sub)
     add_eval(sub)
     add_export(sub)
     add_translate(sub)

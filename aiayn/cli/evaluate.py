@@ -32,6 +32,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
     engine_name = engine.name
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
     translator = translator_for(folder, engine)
+    if args.beam is None:  # the folder's own: an imported checkpoint's num_beams, else 4
+        args.beam = search_settings_for(folder).beam_size
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)
         return
@@ -107,7 +109,9 @@ def add_eval(sub: Any) -> None:
         help="score your own test set: source and reference files, aligned line by line (plain or .gz)",
     )
     p.add_argument("--test-tsv", metavar="FILE", default=None, help="or one file of SOURCE<TAB>REFERENCE lines")
-    p.add_argument("--beam", type=positive_int, default=4, help="beam size; 1 is greedy")
+    p.add_argument(
+        "--beam", type=positive_int, default=None, help="beam size; 1 is greedy (default: the folder's, 4 when trained)"
+    )
     p.add_argument(
         "--length-penalty",
         type=float,

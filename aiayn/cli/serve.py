@@ -85,7 +85,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
     with progress as bar, open_output(args.output) as out:
         for number, prepared in enumerate(chunks):
-            done = model.run(prepared, args.beam, on_batch=bar.update)
+            done = model.run(prepared, args.beam or model.search.beam_size, on_batch=bar.update)
             translations = done.text.split("\n")
             missing = len(prepared.shape.lines) - len(translations)
             out.write("\n".join(translations + [""] * missing) + "\n")
@@ -145,7 +145,14 @@ def add_translate(sub: Any) -> None:
         help=f"write the translations to FILE (UTF-8), every {CHUNK_LINES} lines as they are done (default: stdout)",
     )
     add_model_flag(p)
-    p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="beam size; 1 is greedy")
+    p.add_argument(
+        "--beam",
+        type=int,
+        choices=range(1, 9),
+        default=None,
+        metavar="1..8",
+        help="beam size; 1 is greedy (default: the folder's, 4 for a trained one)",
+    )
     p.add_argument(
         "--engine",
         choices=ENGINES,

@@ -36,10 +36,8 @@ class SubwordTokenizer:
         self.tokenizer = tokenizer  # the source side's, and the target's where ``target`` is None
         self.target = target
         self.tidies_itself = is_tidy(tokenizer)
-        if target is not None and target.get_vocab(with_added_tokens=True) != tokenizer.get_vocab(
-            with_added_tokens=True
-        ):
-            raise ValueError("the source and target tokenizers must share one vocabulary, id for id")
+        if target is not None and target.get_vocab_size() != tokenizer.get_vocab_size():
+            raise ValueError("the source and target tokenizers must number one vocabulary, id for id")
 
     @property
     def vocab_size(self) -> int:

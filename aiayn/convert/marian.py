@@ -1,0 +1,364 @@
+"""A Marian checkpoint (transformers' ``MarianMTModel``, the OPUS-MT models) as an aiayn model folder.
+
+Marian's model is the paper's post-LN Transformer with three-way tied embeddings; it differs from ours only in
+choices the config declares (``aiayn.core.config``): the feed-forward's activation (SiLU, "swish", in OPUS-MT),
+the sinusoids' layout (all sines, then all cosines), a bias on the logits (``final_logits_bias``), LayerNorm's
+ε of 1e-5, and its special ids: ``</s>`` is id 0, ``<pad>`` the last id and also the decoder's start token, and
+``bad_words_ids`` keep the search from choosing ``<pad>``. Its two SentencePiece models (``source.spm``,
+``target.spm``) cut text into pieces of one shared vocabulary (``vocab.json``); they become two tokenizer.json
+files (``aiayn.convert.sentencepiece``), so no SentencePiece is needed to serve. Beam search ranks hypotheses as
+Hugging Face's ``generate`` does (log-probability over |Y|^length_penalty), with the checkpoint's beam size.
+
+What a folder cannot hold is refused in one line: another ``model_type``, separate source and target
+vocabularies, target-language tokens (``>>fra<<``: multilingual models), unequal encoder and decoder sizes,
+an activation we do not have, untied output weights. The weights are stored as float16 like every folder's,
+and the imported model is checked against the checkpoint's own ``MarianMTModel`` (with the same rounded
+weights) before the folder is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aiayn.convert.sentencepiece import tokenizer_from_sentencepiece
+from aiayn.core.config import ModelConfig, SpecialTokens
+from aiayn.core.folder import SEARCH_SECTION, ModelFolder
+from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, SubwordTokenizer
+from aiayn.core.weight_spec import (
+    CROSS_ATTN,
+    EMBEDDING,
+    FEED_FORWARD,
+    LOGITS_BIAS,
+    SELF_ATTN,
+    W_1,
+    W_2,
+    W_K,
+    W_O,
+    W_Q,
+    W_V,
+    decoder_layer,
+    encoder_layer,
+    norm,
+    sublayer,
+)
+from aiayn.model.transformer import Transformer
+from aiayn.model.weights import STORAGE_DTYPE, load_state_strict, save_weights
+
+IMPORTED_SECTION = "imported"  # config.json: where the folder came from
+CHECKPOINT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "pytorch_model.bin",
+    "source.spm",
+    "target.spm",
+    "vocab.json",
+    "tokenizer_config.json",
+)
+# transformers' names for Marian's activations → ours (config.ACTIVATIONS).
+ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# A Hub id of the OPUS-MT family names its pair: Helsinki-NLP/opus-mt-en-de.
+OPUS_PAIR = re.compile(r"opus-mt-(?:tc-big-)?([a-z]{2,3})-([a-z]{2,3})$")
+# How closely the imported model must follow the checkpoint's (same rounded weights, fp32 arithmetic).
+CHECK_TOLERANCE = 1e-4
+CHECK_SENTENCES = ("Two dogs play in the snow.", "The stock market fell sharply after the bank raised rates.")
+
+
+class UnsupportedCheckpoint(ValueError):
+    """A checkpoint that a model folder cannot represent: the message says what and why."""
+
+
+def checkpoint_dir(source: str) -> Path:
+    """A local folder as it is, or a Hub id downloaded once into Hugging Face's cache (the user's endpoint and
+    token, as ``huggingface_hub`` is configured), only the files an import reads."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if not HUB_ID.match(source):
+        raise FileNotFoundError(
+            f"{source} is neither a folder nor a Hugging Face Hub id like Helsinki-NLP/opus-mt-en-de"
+        )
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(source, allow_patterns=list(CHECKPOINT_FILES)))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
+        raise FileNotFoundError(
+            f"could not download {source} from the Hugging Face Hub ({type(err).__name__}: {err}); check the id and "
+            "the network, or download it elsewhere and pass its folder"
+        ) from None
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise UnsupportedCheckpoint(f"{path} is not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A Marian checkpoint's files, read once."""
+
+    path: Path
+    config: dict[str, Any]
+    generation: dict[str, Any]  # generation_config.json, else the generation keys of config.json
+    tokenizer_config: dict[str, Any]
+    vocab: dict[str, int]
+
+    @classmethod
+    def read(cls, path: Path) -> Checkpoint:
+        missing = [f for f in ("config.json", "source.spm", "target.spm", "vocab.json") if not (path / f).is_file()]
+        if not any((path / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
+            missing.append("model.safetensors or pytorch_model.bin")
+        if missing:
+            raise FileNotFoundError(f"{path} is not a Marian checkpoint: it lacks {', '.join(missing)}")
+        config = read_json(path / "config.json")
+        generation = read_json(path / "generation_config.json") or config
+        vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        return cls(path, config, generation, read_json(path / "tokenizer_config.json"), vocab)
+
+    def refuse_what_we_cannot_hold(self) -> None:
+        c = self.config
+        model_type = c.get("model_type")
+        if model_type != "marian":
+            raise UnsupportedCheckpoint(
+                f"model_type {model_type!r} is not supported: `aiayn import` reads Marian (OPUS-MT) checkpoints, "
+                "the paper's encoder-decoder; other families differ in ways a model folder cannot express"
+            )
+        if not c.get("share_encoder_decoder_embeddings", True) or self.tokenizer_config.get("separate_vocabs"):
+            raise UnsupportedCheckpoint(
+                "separate source and target vocabularies are not supported: our model ties the source "
+                "embeddings, target embeddings and output projection into one matrix (§3.4)"
+            )
+        if c.get("decoder_vocab_size") not in (None, c.get("vocab_size")):
+            raise UnsupportedCheckpoint("a decoder vocabulary unlike the encoder's is not supported (tied embeddings)")
+        codes = sorted(token for token in self.vocab if token.startswith(">>") and token.endswith("<<"))
+        if codes:
+            raise UnsupportedCheckpoint(
+                f"multilingual target tokens ({', '.join(codes[:3])}, ... {len(codes)} in all) are not supported: "
+                "the text pipeline does not choose a target language; import a one-pair model"
+            )
+        for encoder_key, decoder_key in (
+            ("encoder_attention_heads", "decoder_attention_heads"),
+            ("encoder_ffn_dim", "decoder_ffn_dim"),
+        ):
+            if c.get(encoder_key) != c.get(decoder_key):
+                raise UnsupportedCheckpoint(
+                    f"{encoder_key} {c.get(encoder_key)} != {decoder_key} {c.get(decoder_key)}: one config holds "
+                    "one size for both stacks"
+                )
+        if c.get("activation_function") not in ACTIVATIONS:
+            raise UnsupportedCheckpoint(
+                f"activation_function {c.get('activation_function')!r} is not supported "
+                f"(we have {', '.join(sorted(ACTIVATIONS))})"
+            )
+        if c.get("normalize_before") or c.get("normalize_embedding") or c.get("add_final_layer_norm"):
+            raise UnsupportedCheckpoint("pre-LN or embedding-norm Marian variants are not supported")
+        bad = [ids for ids in self.generation.get("bad_words_ids") or [] if len(ids) != 1]
+        if bad:
+            raise UnsupportedCheckpoint(f"bad_words_ids of several tokens ({bad[:2]}) are not supported")
+
+    def languages(self, source: str) -> tuple[str, str]:
+        """The pair from the tokenizer config, else from an OPUS-MT name; --src/--tgt override both."""
+        src, tgt = self.tokenizer_config.get("source_lang"), self.tokenizer_config.get("target_lang")
+        if not (src and tgt) and (match := OPUS_PAIR.search(source.rstrip("/"))):
+            src, tgt = match.groups()
+        if not (src and tgt):
+            raise UnsupportedCheckpoint(
+                "the checkpoint does not say its languages (tokenizer_config.json has no source_lang/target_lang); "
+                "pass --src and --tgt"
+            )
+        return str(src), str(tgt)
+
+    def model_config(self, src_lang: str, tgt_lang: str, logits_bias: bool) -> ModelConfig:
+        c, vocab = self.config, self.vocab
+        pad, eos = int(c["pad_token_id"]), int(c["eos_token_id"])
+        unk = vocab.get(SPECIAL_TOKEN_TEXT["unk"])
+        if unk is None:
+            raise UnsupportedCheckpoint("vocab.json has no <unk> token")
+        start = int(c.get("decoder_start_token_id", pad))
+        if start != pad:
+            raise UnsupportedCheckpoint(f"decoder_start_token_id {start} is not <pad> ({pad}), as Marian's always is")
+        return ModelConfig(
+            vocab_size=int(c["vocab_size"]),
+            d_model=int(c["d_model"]),
+            n_heads=int(c["encoder_attention_heads"]),
+            d_ff=int(c["encoder_ffn_dim"]),
+            n_encoder_layers=int(c["encoder_layers"]),
+            n_decoder_layers=int(c["decoder_layers"]),
+            dropout=float(c.get("dropout", 0.1)),
+            attention_dropout=float(c.get("attention_dropout", 0.0)),
+            activation_dropout=float(c.get("activation_dropout", 0.0)),
+            norm_first=False,
+            layer_norm_eps=1e-5,  # transformers' nn.LayerNorm default, which Marian's layers use
+            max_len=int(c.get("max_position_embeddings", 512)),
+            src_lang=src_lang,
+            tgt_lang=tgt_lang,
+            special_tokens=SpecialTokens(pad=pad, unk=int(unk), bos=start, eos=eos),
+            activation=ACTIVATIONS[c["activation_function"]],
+            positions="halves",
+            scale_embedding=bool(c.get("scale_embedding", False)),
+            logits_bias=logits_bias,
+            never_generate=tuple(sorted({int(ids[0]) for ids in self.generation.get("bad_words_ids") or []})),
+        )
+
+    def search_defaults(self) -> dict[str, Any]:
+        g = self.generation
+        return {
+            "beam_size": int(g.get("num_beams") or 1),
+            "length_penalty": float(g.get("length_penalty", 1.0)),
+            "length_normalization": "power",  # generate's score: log-probability / |Y|^length_penalty
+        }
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        if (self.path / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            return load_file(str(self.path / "model.safetensors"))
+        return torch.load(self.path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+
+
+def hf_names(layer: str, stack: str, i: int) -> dict[str, str]:
+    """Our sub-layer module names in one layer → the checkpoint's, for ``stack`` ``encoder``/``decoder``."""
+    theirs = f"model.{stack}.layers.{i}"
+    names = {
+        sublayer(layer, SELF_ATTN): f"{theirs}.self_attn",
+        norm(sublayer(layer, SELF_ATTN)): f"{theirs}.self_attn_layer_norm",
+        f"{sublayer(layer, FEED_FORWARD)}.{W_1}": f"{theirs}.fc1",
+        f"{sublayer(layer, FEED_FORWARD)}.{W_2}": f"{theirs}.fc2",
+        norm(sublayer(layer, FEED_FORWARD)): f"{theirs}.final_layer_norm",
+    }
+    if stack == "decoder":
+        names[sublayer(layer, CROSS_ATTN)] = f"{theirs}.encoder_attn"
+        names[norm(sublayer(layer, CROSS_ATTN))] = f"{theirs}.encoder_attn_layer_norm"
+    return names
+
+
+def projection(ours: str) -> str:
+    return {W_Q: "q_proj", W_K: "k_proj", W_V: "v_proj", W_O: "out_proj"}[ours]
+
+
+def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors under our names (``aiayn.core.weight_spec``); every tensor of theirs is used or
+    known to be redundant (tied copies, the fixed sinusoid tables), else the import is refused."""
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+
+    def take(ours: str, name: str) -> None:
+        if name not in theirs:
+            raise UnsupportedCheckpoint(f"the checkpoint lacks {name}")
+        state[ours] = theirs[name]
+        used.add(name)
+
+    take(EMBEDDING, "model.shared.weight")
+    for tied in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
+        if tied in theirs:
+            if not torch.equal(theirs[tied], state[EMBEDDING]):
+                raise UnsupportedCheckpoint(f"{tied} differs from model.shared.weight: untied embeddings (§3.4)")
+            used.add(tied)
+    if config.logits_bias:
+        take(LOGITS_BIAS, "final_logits_bias")
+        state[LOGITS_BIAS] = state[LOGITS_BIAS].reshape(-1)
+    used.add("final_logits_bias")  # all zeros where the config has no bias
+    layers = [(encoder_layer(i), "encoder", i) for i in range(config.n_encoder_layers)]
+    layers += [(decoder_layer(i), "decoder", i) for i in range(config.n_decoder_layers)]
+    for layer, stack, i in layers:
+        for ours, name in hf_names(layer, stack, i).items():
+            if name.endswith("attn"):
+                for w in (W_Q, W_K, W_V, W_O):
+                    for kind in ("weight", "bias"):
+                        take(f"{ours}.{w}.{kind}", f"{name}.{projection(w)}.{kind}")
+            else:
+                for kind in ("weight", "bias"):
+                    take(f"{ours}.{kind}", f"{name}.{kind}")
+    # Fixed sinusoid tables, which the positions recompute; transformers keeps them as buffers in some versions.
+    used |= {name for name in theirs if name.endswith("embed_positions.weight")}
+    unknown = sorted(set(theirs) - used)
+    if unknown:
+        raise UnsupportedCheckpoint(f"tensors this import does not know: {', '.join(unknown[:5])} ({len(unknown)})")
+    return state
+
+
+def check_against_checkpoint(model: Transformer, path: Path, tokenizer: SubwordTokenizer) -> float:
+    """The largest |Δ log-probability| between our model and the checkpoint's ``MarianMTModel`` (its weights
+    rounded as ours are) over teacher-forced sentences; refuses the import above ``CHECK_TOLERANCE``."""
+    from transformers import MarianMTModel
+
+    reference = MarianMTModel.from_pretrained(str(path)).eval()
+    with torch.no_grad():
+        for name, tensor in [*reference.named_parameters(), *reference.named_buffers()]:
+            if not name.endswith("embed_positions.weight"):  # computed, as ours are; never stored
+                tensor.copy_(tensor.to(STORAGE_DTYPE).float())
+        src = torch.tensor(tokenizer.encode_source_batch(list(CHECK_SENTENCES))[0])[None]
+        start = model.config.special_tokens.bos
+        tgt = torch.tensor([[start, *tokenizer.encode_target_batch(list(CHECK_SENTENCES[:1]))[0]]])
+        theirs = reference(input_ids=src, decoder_input_ids=tgt).logits.log_softmax(-1)
+        ours = model(src, tgt).log_softmax(-1)
+    diff = float((theirs - ours).abs().max())
+    if not diff <= CHECK_TOLERANCE:
+        raise ValueError(
+            f"the imported model differs from the checkpoint's MarianMTModel by {diff:.2e} in log-probability "
+            f"(tolerance {CHECK_TOLERANCE:.0e}); the checkpoint has something this import does not express"
+        )
+    return diff
+
+
+def import_marian(
+    source: str, out: Path, src_lang: str | None = None, tgt_lang: str | None = None
+) -> tuple[ModelFolder, list[str]]:
+    """Write the model folder of the Marian checkpoint ``source`` (a folder or a Hub id) into ``out``; returns the
+    folder and lines that report what was read and checked. ``out`` is written whole or not at all."""
+    checkpoint = Checkpoint.read(checkpoint_dir(source))
+    checkpoint.refuse_what_we_cannot_hold()
+    languages = checkpoint.languages(source)
+    src_lang, tgt_lang = src_lang or languages[0], tgt_lang or languages[1]
+    theirs = checkpoint.state_dict()
+    bias = theirs.get("final_logits_bias")
+    config = checkpoint.model_config(src_lang, tgt_lang, logits_bias=bias is not None and bool(bias.any()))
+    source_side = tokenizer_from_sentencepiece(checkpoint.path / "source.spm", checkpoint.vocab)
+    target_side = tokenizer_from_sentencepiece(checkpoint.path / "target.spm", checkpoint.vocab)
+    same = source_side.to_str() == target_side.to_str()
+    tokenizer = SubwordTokenizer(source_side, None if same else target_side)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise UnsupportedCheckpoint(
+            f"vocab.json holds {tokenizer.vocab_size} tokens where config.json says {config.vocab_size}"
+        )
+    model = Transformer(config)
+    load_state_strict(model, our_state(config, theirs), str(checkpoint.path))
+    model.eval()
+    diff = check_against_checkpoint(model, checkpoint.path, tokenizer)
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty; choose a new --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
+        folder = ModelFolder.create(Path(tmp) / out.name, config, tokenizer)
+        save_weights(model, folder)
+        folder.write_section(SEARCH_SECTION, checkpoint.search_defaults())
+        folder.write_section(IMPORTED_SECTION, {"from": source, "model_type": "marian", "max_log_prob_diff": diff})
+        if out.exists():
+            out.rmdir()
+        shutil.move(str(folder.path), out)
+    folder = ModelFolder.open(out)
+    parameters = sum(p.numel() for p in model.parameters())
+    return folder, [
+        f"imported {source}: Marian, {parameters / 1e6:.1f} M parameters, {config.src_lang}→{config.tgt_lang}, "
+        f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
+        f"vocabulary {config.vocab_size}, {config.activation}",
+        f"checked against its MarianMTModel: max |Δ log-prob| {diff:.2e} (tolerance {CHECK_TOLERANCE:.0e})",
+        f"wrote {out}: translate with `aiayn translate --model {out} TEXT`, serve with `aiayn serve --model {out}`",
+    ]
