@@ -10,6 +10,7 @@ repeated in the JavaScript. Torch-free: the graphs are already exported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -61,6 +62,8 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "past": kv_names(config, "past"),
         "present": kv_names(config, "present"),
         "kv_shape": [config.n_heads, config.d_head],
+        # Ids (core/config.py): the decoder starts from bos, which may be pad itself (Marian's <pad>).
+        "special_tokens": dataclasses.asdict(config.special_tokens),
         # Text (text/sentences.py): regexes as character classes of the characters themselves (normalizer.py).
         "line_break": LINE_BREAK.pattern,
         "other_breaks": OTHER_BREAKS.pattern,
@@ -76,8 +79,11 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "min_piece_tokens": MIN_PIECE_TOKENS,
         "max_depth": MAX_DEPTH,
         "sentence_end": list(SENTENCE_END),
-        # Search (search/translator.py).
+        # Search (search/translator.py): the folder's defaults, an imported checkpoint's beam and |Y|^α included.
+        "never_generate": list(config.never_generate),
+        "beam_size": settings.beam_size,
         "length_penalty": settings.length_penalty,
+        "length_normalization": settings.length_normalization,
         "max_extra_len": settings.max_extra_len,
         "max_sentences": MAX_SENTENCES,
         "max_tokens": MAX_TOKENS,
@@ -110,6 +116,9 @@ def export_web(folder: ModelFolder, out_dir: Path, cache_dir: Path = CACHE_DIR) 
     tokenizer = folder.tokenizer.tokenizer
     if not is_tidy(tokenizer):  # a folder written before the text contract moved into the file
         tokenizer = tidied(tokenizer, SPECIAL_TOKEN_TEXT.values())
+    # An imported SentencePiece tokenizer.json goes as it is: tokenizers.js reads its Unigram model, Metaspace,
+    # Replace and Strip, and in place of the Precompiled charsmap applies NFKC and fixed tables, which differ from
+    # spm's nmt_nfkc only on characters the text pipeline never passes on (tests/export/test_web.py).
     SubwordTokenizer(tokenizer).save(out_dir / TOKENIZER_FILE)
     sections = {**folder.sections, WEB_SECTION: web_section(folder)}
     (out_dir / CONFIG_FILE).write_text(json.dumps(sections, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,5 +1,6 @@
 """`aiayn export --to web`: the static folder, served by `python -m http.server`, translates in Debian's Chromium
-exactly as `aiayn translate` does, untidy lines included, greedy and beam 4, in both directions."""
+exactly as `aiayn translate` does, untidy lines included, greedy and beam 4, in both directions; and so does a
+Marian-like folder with a SentencePiece tokenizer, at greedy and at its own beam."""
 
 from __future__ import annotations
 
@@ -149,3 +150,151 @@ def test_the_page_picks_webgpu_only_where_the_browser_offers_an_adapter(pages: d
         assert "?device=wasm" in asked.locator("#status").inner_text()
     page.close()
     asked.close()
+
+
+# A Marian (OPUS-MT) folder as `aiayn import` writes it: a SentencePiece Unigram tokenizer.json (spm's nmt_nfkc
+# charsmap as a Precompiled normalizer, Metaspace), </s> 0, <unk> 1, <pad> last as the start token and never
+# generated, and its own beam with |Y|^α. The lines add what SentencePiece's normalizer rewrites.
+MARIAN_SEARCH = {"beam_size": 5, "length_penalty": 1.0, "length_normalization": "power"}
+MARIAN_EXTRA = [
+    "A café with a naïve façade, à la carte, Ångström, Zoë and Ñandú.",
+    "Decomposed: cafe\u0301, nai\u0308ve, A\u030angstro\u0308m.",
+    "Two   men    and a\t\tdog  run  .",
+    "Ｆｕｌｌ－ｗｉｄｔｈ ｌｅｔｔｅｒｓ ａｎｄ ｄｉｇｉｔｓ １２３，ｏｋ？",
+    "The ﬁrst ﬂoor has ½ of the room, 2² m, ① and ™ signs.",
+    "A man\u00a0in\u2009a\u3000hat\u200bwith\u200da cane\u061c～ waves.",
+    "“Quotes” — dashes – and … ellipses ‘here’.",
+    "A family 👨\u200d👩\u200d👧 walks; Привет, 東京!",
+    "ＡＢＣ   ｄｅｆ",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def marian_spm_folder(marian_like_folder: Path, multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``marian_like_folder``'s config around a real SentencePiece Unigram model of 600 Multi30k captions
+    (transformers' SpmConverter, as for OPUS-MT), with new random weights, its graphs and a Marian search section."""
+    import sentencepiece as spm
+    import torch
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    from aiayn.core.config import SpecialTokens
+    from aiayn.core.folder import SEARCH_SECTION
+    from aiayn.core.tokenizer import SubwordTokenizer
+    from aiayn.export.onnx_export import export_onnx
+    from aiayn.model.transformer import Transformer
+    from aiayn.model.weights import load_model, save_weights
+
+    work = tmp_path_factory.mktemp("marian-spm")
+    with gzip.open(multi30k_dir / "train.en.gz", "rt", encoding="utf-8") as f:
+        captions = f.read().split("\n")[:600]
+    vocab_size = 200
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(captions),
+        model_prefix=str(work / "source"),
+        model_type="unigram",
+        vocab_size=vocab_size,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        pad_id=vocab_size - 1,
+        character_coverage=1.0,
+        minloglevel=2,
+    )
+
+    class SlowTokenizer:  # what SpmConverter reads of a slow tokenizer
+        vocab_file = str(work / "source.model")
+
+    raw = SpmConverter(SlowTokenizer()).converted()
+    raw.add_special_tokens(["<unk>"])  # SentencePiece's unknown piece, special as in an OPUS-MT tokenizer.json
+    pad = vocab_size - 1
+    config = ModelFolder.open(marian_like_folder).config.replace(
+        vocab_size=vocab_size,
+        special_tokens=SpecialTokens(pad=pad, unk=1, bos=pad, eos=0),
+        never_generate=(pad,),
+    )
+    folder_path = work / "model"
+    torch.manual_seed(0)
+    model = Transformer(config)
+    with torch.no_grad():
+        # <pad> the favourite wherever the search let it be, </s> likely enough that hypotheses of many lengths
+        # finish: without never_generate most lines change, with GNMT's normalisation some do.
+        model.embedding.bias.normal_(0.0, 0.2)
+        model.embedding.bias[pad] += 3.0
+        model.embedding.bias[0] += 1.5
+    folder = ModelFolder.create(folder_path, config, SubwordTokenizer(raw))
+    assert folder.tokenizer.tidies_itself
+    save_weights(model, folder)
+    folder.write_section(SEARCH_SECTION, MARIAN_SEARCH)
+    export_onnx(load_model(folder_path), folder_path)
+    return folder_path
+
+
+@pytest.fixture(scope="module")
+def marian_page(marian_spm_folder: Path, browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    out = tmp_path_factory.mktemp("marian-web")
+    if main(["export", str(marian_spm_folder), "--to", "web", "--out", str(out)]) != 0:
+        pytest.skip("the npm files for the browser folder are unavailable")
+    with served_folder(out) as url:
+        page, _ = open_page(browser, url)
+        yield page
+        page.close()
+
+
+def test_a_marian_folder_translates_in_the_browser_as_the_cli(
+    marian_spm_folder: Path, marian_page: Any, multi30k_dir: Path
+) -> None:
+    # The contract's graphs, which the browser runs too: the CPU's serving graphs (engines/onnx/serving_graphs.py)
+    # do not build a Marian config's layers yet.
+    model = TranslationService(engine="onnx-portable", device="cpu").model(str(marian_spm_folder))
+    web = json.loads((marian_spm_folder / "config.json").read_text())["search"]
+    assert web == MARIAN_SEARCH and model.search.length_normalization == "power"
+    lines = lines_for(multi30k_dir, "en")[:40] + MARIAN_EXTRA
+    greedy, _ = translate_in_page(marian_page, lines, 1)
+    assert greedy == cli_translations(model, lines, 1)
+    # No beam given: the folder's own (5, |Y|^1.0), as `aiayn translate` takes it from config.json.
+    beam = marian_page.evaluate("lines => window.aiayn.translate(lines)", lines)
+    assert beam == cli_translations(model, lines, MARIAN_SEARCH["beam_size"])
+    assert marian_page.evaluate("window.aiayn.ready")["beam"] == MARIAN_SEARCH["beam_size"]
+
+
+def test_tokenizers_js_normalizes_a_sentencepiece_tokenizer_as_hf_tokenizers(
+    marian_spm_folder: Path, marian_page: Any
+) -> None:
+    """tokenizers.js's Precompiled ignores the charsmap (NFKC and fixed tables in its place), and its Strip trims
+    JavaScript's white space: every code point that its normalizer then rewrites otherwise than HF tokenizers must
+    be one that the text pipelines never pass on: white space (runs of it become one space) or unknown to both."""
+    tokenizers_js = """async () => {
+        const { Tokenizer } = await import("./tokenizers.min.mjs");
+        return new Tokenizer(await (await fetch("tokenizer.json")).json(), {});
+    }"""
+    changed = f"""async () => {{
+        const tokenizer = await ({tokenizers_js})();
+        const changed = {{}};
+        for (let c = 0; c <= 0x10ffff; c++) {{
+            if (c >= 0xd800 && c <= 0xdfff) continue;
+            const ch = String.fromCodePoint(c);
+            const normalized = tokenizer.normalizer.normalize(ch);
+            if (normalized !== ch) changed[c] = normalized;
+        }}
+        return changed;
+    }}"""
+    in_page = {int(c): text for c, text in marian_page.evaluate(changed).items()}
+    tokenizer = ModelFolder.open(marian_spm_folder).tokenizer
+    normalize = tokenizer.tokenizer.normalizer.normalize_str
+    in_python = {}
+    for c in range(0x110000):
+        if not 0xD800 <= c <= 0xDFFF and (text := normalize(chr(c))) != chr(c):
+            in_python[c] = text
+    differ = sorted(c for c in in_page.keys() | in_python.keys() if in_page.get(c) != in_python.get(c))
+    assert len(in_python) > 1000 and len(differ) < 10, differ
+    chars = [chr(c) for c in differ if not chr(c).isspace()]
+    unknown_in_page = f"""async chars => {{
+        const tokenizer = await ({tokenizers_js})();
+        return chars.filter((ch) => {{
+            const ids = tokenizer.encode(ch, {{ add_special_tokens: false }}).ids;
+            return !ids.length || ids.includes({tokenizer.tokenizer.token_to_id("<unk>")});
+        }});
+    }}"""
+    assert tokenizer.unknown_characters("".join(chars)) == set(chars)
+    assert set(marian_page.evaluate(unknown_in_page, chars)) == set(chars)

@@ -1,8 +1,8 @@
 // aiayn in the browser: `await window.aiayn.translate(lines, { beam })` gives the lines' translations, in order,
-// as `aiayn translate` gives them. Everything comes from this folder: the model's config.json and tokenizer.json,
-// the graphs, and the pinned npm files beside this module. The page's address picks ONNX Runtime's device:
-// `?device=auto` (the default: WebGPU where the browser offers it, else WASM), `?device=wasm` (the CLI's very
-// answers), `?device=webgpu`.
+// as `aiayn translate` gives them (the beam the folder's config.json sets by default). Everything comes from this
+// folder: the model's config.json and tokenizer.json, the graphs, and the pinned npm files beside this module.
+// The page's address picks ONNX Runtime's device: `?device=auto` (the default: WebGPU where the browser offers
+// it, else WASM), `?device=wasm` (the CLI's very answers), `?device=webgpu`.
 import initSentencex, { segment } from "./sentencex_wasm.js";
 import { Tokenizer } from "./tokenizers.min.mjs";
 import { OrtEngine, pickDevice } from "./engine.js";
@@ -20,7 +20,7 @@ async function load() {
     initSentencex(),
     OrtEngine.load(config.web, config, device),
   ]);
-  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.model.special_tokens);
+  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.web.special_tokens);
   const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
   return { config, text, engine, device };
 }
@@ -28,12 +28,13 @@ async function load() {
 const loaded = load();
 
 /** The translations of `lines` (strings without line breaks); beam 1 is greedy. */
-async function translate(lines, { beam = 4 } = {}) {
+async function translate(lines, { beam } = {}) {
   if (!Array.isArray(lines) || !lines.every((line) => typeof line === "string")) {
     throw new TypeError("translate(lines): lines must be an array of strings");
   }
-  if (!Number.isInteger(beam) || beam < 1) throw new RangeError(`beam must be a positive integer, got ${beam}`);
   const { config, text, engine } = await loaded;
+  beam ??= config.web.beam_size;
+  if (!Number.isInteger(beam) || beam < 1) throw new RangeError(`beam must be a positive integer, got ${beam}`);
   const broken = lines.findIndex((line) => text.splitLines(line).length > 1);
   if (broken >= 0) throw new RangeError(`line ${broken + 1} holds a line break; give one line per item`);
   const prepared = text.prepare(lines.map((line) => text.splitLines(line)[0] ?? ""));
@@ -42,13 +43,18 @@ async function translate(lines, { beam = 4 } = {}) {
 }
 
 /** A text as the page's box holds it, translated line by line. */
-async function translateText(source, { beam = 4 } = {}) {
+async function translateText(source, { beam } = {}) {
   const { text } = await loaded;
   return (await translate(text.splitLines(source), { beam })).join("\n");
 }
 
 export const aiayn = {
-  ready: loaded.then(({ config, device }) => ({ src: config.model.src_lang, tgt: config.model.tgt_lang, device })),
+  ready: loaded.then(({ config, device }) => ({
+    src: config.model.src_lang,
+    tgt: config.model.tgt_lang,
+    device,
+    beam: config.web.beam_size,
+  })),
   translate,
   translateText,
 };

@@ -1,5 +1,5 @@
 // The contract's encoder.onnx and decoder.onnx in onnxruntime-web (docs/onnx.md, "Decoding with the graphs"),
-// behind the step interface of aiayn/search/step.py: start, step, select. The state between steps is plain
+// behind the step interface of aiayn/search/step.py: start, step, select, and the ids never generated. The state between steps is plain
 // typed arrays with their shapes: the cross-attention keys/values, the source mask, the self-attention cache.
 // Which ONNX Runtime build runs them is chosen when the page loads (`OrtEngine.load`): its WebGPU build where the
 // browser offers a WebGPU adapter, else its WASM build; each is loaded only by the browsers that use it.
@@ -29,10 +29,11 @@ function gather(array, rows) {
 export class OrtEngine {
   constructor(web, config, encoder, decoder) {
     this.web = web;
-    const special = config.model.special_tokens;
+    const special = web.special_tokens;
     this.bos = special.bos;
     this.eos = special.eos;
     this.pad = special.pad;
+    this.neverGenerate = new Set(web.never_generate);
     this.vocab = config.model.vocab_size;
     this.encoder = encoder;
     this.decoder = decoder;

@@ -1,6 +1,7 @@
 // The search of aiayn/search/ (greedy.py, beam.py, translator.py) over the engine of engine.js, step for step:
 // the same length batches, length cap (real source length + max_extra_len), candidate order, ties (the lower
-// token id, then the lower beam), GNMT length penalty and finishing rules, so the outputs are NumPy's.
+// token id, then the lower beam), ids never generated (step.py's allowed_top), length penalty (GNMT's or |Y|^α)
+// and finishing rules, so the outputs are NumPy's.
 // Scores are JavaScript numbers, float64 like NumPy's, summed from the graph's float32 log-probabilities.
 
 /** Sentence indices by similar length (longest first), capped by sentences and padded tokens. */
@@ -15,12 +16,14 @@ function lengthBatches(lengths, maxSentences, maxTokens) {
   return batches;
 }
 
-/** The k best values of one row of log-probabilities, best first, equal values by the lower id (ONNX TopK). */
-function topK(logProbs, row, vocab, k) {
+/** step.py's allowed_top: the k best values of one row of log-probabilities, best first, equal values by the
+ * lower id (ONNX TopK), the banned ids left out as they are there: after the log-softmax, not renormalised. */
+function topK(logProbs, row, vocab, k, banned) {
   const values = [];
   const ids = [];
   const base = row * vocab;
   for (let id = 0; id < vocab; id++) {
+    if (banned.has(id)) continue;
     const value = logProbs[base + id];
     if (values.length === k && !(value > values[k - 1])) continue;
     let at = values.length;
@@ -35,12 +38,22 @@ function topK(logProbs, row, vocab, k) {
   return { values, ids };
 }
 
-/** The id of a row's highest log-probability; equal ones go to the lower id (topK with k = 1, without its lists). */
-function argmax(logProbs, row, vocab) {
+/** The allowed id of a row's highest log-probability; equal ones go to the lower id (topK with k = 1, without
+ * its lists). */
+function argmax(logProbs, row, vocab, banned) {
   const base = row * vocab;
-  let best = 0;
-  for (let id = 1; id < vocab; id++) if (logProbs[base + id] > logProbs[base + best]) best = id;
+  let best = -1;
+  for (let id = 0; id < vocab; id++) {
+    if (!banned.has(id) && (best < 0 || logProbs[base + id] > logProbs[base + best])) best = id;
+  }
   return best;
+}
+
+/** beam.py's length_penalty_of: lp(Y) = ((5 + |Y|) / 6)^α ("gnmt") or |Y|^α ("power"), </s> counted in |Y|. */
+function lengthPenalty(length, alpha, normalization) {
+  if (normalization === "power") return length ** alpha;
+  if (normalization === "gnmt") return ((5 + length) / 6) ** alpha;
+  throw new RangeError(`unknown length normalization ${normalization}`);
 }
 
 /** greedy.py: the most probable next token until </s> or the limit; finished rows leave the state. */
@@ -54,7 +67,7 @@ async function greedy(engine, srcIds, limits) {
   for (let length = 1; length <= longest; length++) {
     let logProbs;
     [logProbs, state] = await engine.step(state, last);
-    const choice = rows.map((_, r) => argmax(logProbs, r, engine.vocab));
+    const choice = rows.map((_, r) => argmax(logProbs, r, engine.vocab, engine.neverGenerate));
     rows.forEach((sentence, r) => {
       if (choice[r] !== engine.eos) outputs[sentence].push(choice[r]);
     });
@@ -73,7 +86,7 @@ async function greedy(engine, srcIds, limits) {
 }
 
 /** beam.py's beam_search: up to k finished hypotheses per sentence, the best by log-probability / lp(length). */
-async function beam(engine, srcIds, k, alpha, limits) {
+async function beam(engine, srcIds, k, alpha, normalization, limits) {
   const batch = srcIds.length;
   const eos = engine.eos;
   const finished = srcIds.map(() => []);
@@ -87,15 +100,15 @@ async function beam(engine, srcIds, k, alpha, limits) {
   for (let length = 1; length <= longest; length++) {
     let logProbs;
     [logProbs, state] = await engine.step(state, last);
-    const kk = Math.min(2 * k, engine.vocab);
+    const kk = Math.min(2 * k, engine.vocab - engine.neverGenerate.size); // allowed_top's columns
     const m = Math.min(2 * k, k * kk);
-    const penalty = ((5 + length) / 6) ** alpha;
+    const penalty = lengthPenalty(length, alpha, normalization);
     const next = { beams: [], scores: [], tokens: [] };
     active.forEach((sentence, r) => {
       // Columns beam by beam, each beam's tokens best first: among equal scores, the (beam, token) order.
       const candidates = [];
       for (let b = 0; b < k; b++) {
-        const top = topK(logProbs, r * k + b, engine.vocab, kk);
+        const top = topK(logProbs, r * k + b, engine.vocab, kk, engine.neverGenerate);
         top.values.forEach((value, j) => candidates.push({ score: scores[r][b] + value, parent: b, token: top.ids[j] }));
       }
       const best = candidates
@@ -160,7 +173,7 @@ export async function searchAll(engine, srcIds, settings, beamSize) {
     const results =
       beamSize === 1
         ? await greedy(engine, rows, limits)
-        : await beam(engine, rows, beamSize, settings.length_penalty, limits);
+        : await beam(engine, rows, beamSize, settings.length_penalty, settings.length_normalization, limits);
     batch.forEach((i, j) => {
       outputs[i] = results[j];
     });
