@@ -1,0 +1,1 @@
+"""Checkpoints from other toolkits as aiayn model folders (full install: torch, transformers, sentencepiece)."""
