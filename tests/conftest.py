@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,8 +93,21 @@ def marian_like_config(vocab_size: int) -> ModelConfig:
 
 @pytest.fixture(scope="session")
 def marian_like_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A randomly initialised tiny folder of ``marian_like_config`` (a word-level tokenizer of the invented
-    sentences stands in for SentencePiece), with its exported ONNX graphs; its logits bias is not zero."""
+    """A randomly initialised tiny folder of ``marian_like_config``, with its exported ONNX graphs."""
+    return make_marian_like_folder(tmp_path_factory.mktemp("marian-like-model"))
+
+
+@pytest.fixture(scope="session")
+def marian_gelu_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``marian_like_folder`` with the other choices where ours differ: the erf GELU, embeddings left unscaled, and
+    the paper's interleaved positions (to tell them from the halves)."""
+    changes = {"activation": "gelu", "scale_embedding": False, "positions": "interleaved"}
+    return make_marian_like_folder(tmp_path_factory.mktemp("marian-gelu-model"), **changes)
+
+
+def make_marian_like_folder(folder: Path, **changes: Any) -> Path:
+    """A randomly initialised tiny folder of ``marian_like_config`` with ``changes`` (a word-level tokenizer of the
+    invented sentences stands in for SentencePiece), with its exported ONNX graphs; its logits bias is not zero."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -109,12 +123,12 @@ def marian_like_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     raw.add_special_tokens(["</s>", "<unk>", "<pad>"])
-    config = marian_like_config(len(vocab))
-    folder = tmp_path_factory.mktemp("marian-like-model")
+    config = marian_like_config(len(vocab)).replace(**changes)
     torch.manual_seed(0)
     model = Transformer(config)
-    with torch.no_grad():
-        model.embedding.bias.normal_(0.0, 0.2)
+    if model.embedding.bias is not None:
+        with torch.no_grad():
+            model.embedding.bias.normal_(0.0, 0.2)
     save_weights(model, ModelFolder.create(folder, config, SubwordTokenizer(raw)))
     export_onnx(load_model(folder), folder)
     return folder

@@ -137,7 +137,7 @@ def step_translate(engine: StepModel[Any], folder: ModelFolder, lanes: int) -> T
 def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) -> Translate:
     import ctranslate2
 
-    from aiayn.export.ctranslate2 import ctranslate2_sources
+    from aiayn.export.ctranslate2 import ctranslate2_sources, suppressed
 
     translator = ctranslate2.Translator(
         str(folder.ctranslate2_dir),
@@ -148,6 +148,7 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) 
     )
     tokenizer = folder.tokenizer
     vocab = tokenizer.tokenizer.get_vocab()
+    never = suppressed(folder.config, tokenizer)
 
     def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
         results = translator.translate_batch(
@@ -156,6 +157,7 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) 
             max_batch_size=batch,
             length_penalty=0.6,
             max_decoding_length=256,
+            suppress_sequences=never,
         )
         return [[vocab[t] for t in r.hypotheses[0]] for r in results]
 

@@ -2,13 +2,18 @@
 
 CTranslate2 adds its own sinusoidal table unless one is given, and its
 default is not the paper's interleaved sin/cos and starts at position 1, so
-our table is assigned explicitly (kept fp32; every learned weight is stored
-as the fp16 it already is in model.safetensors). Like ours, CTranslate2
-scales embeddings by √d_model before adding positions (§3.4), and the
-output projection is the embedding matrix (saved once: CTranslate2 aliases
-equal arrays). The vocabulary is ours, id for id. A source is our
-subword tokens followed by ``</s>``, as in training: the caller appends it
-(``add_source_eos`` stays off, so existing callers that do are not doubled).
+our table, in the config's layout, is assigned explicitly (kept fp32; every
+learned weight is stored as the fp16 it already is in model.safetensors).
+Like ours, CTranslate2 scales embeddings by √d_model before adding positions
+(§3.4) unless the config says not to, and the output projection is the
+embedding matrix (saved once: CTranslate2 aliases equal arrays), with the
+config's logits bias if it has one. The feed-forward's activation, the
+LayerNorm epsilon and the decoder's start token (``bos``, which may be
+``<pad>``) are the config's. The vocabulary is ours, id for id. A source is
+our subword tokens followed by ``</s>``, as in training: the caller appends
+it (``add_source_eos`` stays off, so existing callers that do are not
+doubled). The ids the config never generates are not part of the model:
+each call passes them (``suppressed``), as our search leaves them out.
 """
 
 from __future__ import annotations
@@ -19,13 +24,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from aiayn.core.folder import CTRANSLATE2_DIR
+from aiayn.core.config import ModelConfig
+from aiayn.core.folder import CTRANSLATE2_DIR, ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import FeedForward, sinusoidal_positions
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import STORAGE_DTYPE
 from aiayn.search.greedy import EXTRA_LEN
+
+# config.ACTIVATIONS by their names in ctranslate2.specs.common_spec.Activation (GELU is the erf one, as F.gelu).
+ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 
 
 def array(tensor: torch.Tensor) -> np.ndarray:
@@ -63,23 +72,29 @@ def set_ffn(spec: object, feed_forward: FeedForward, norm: nn.LayerNorm) -> None
 def set_inputs(spec: object, model: Transformer) -> None:
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings  # encoder: a list
     embeddings.weight = array(model.embedding.weight)
-    spec.scale_embeddings = True  # × √d_model, §3.4
-    positions = torch.arange(model.config.max_len + 64)  # outputs may run 50 past the longest input
-    spec.position_encodings.encodings = sinusoidal_positions(positions, model.config.d_model).numpy()
+    config = model.config
+    spec.scale_embeddings = config.scale_embedding  # × √d_model, §3.4
+    positions = torch.arange(config.max_len + 64)  # outputs may run 50 past the longest input
+    spec.position_encodings.encodings = sinusoidal_positions(positions, config.d_model, config.positions).numpy()
 
 
 def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer) -> object:
     """Describe ``model`` as data for CTranslate2; the spec validates every slot when saved."""
+    from ctranslate2.specs import common_spec
     from ctranslate2.specs import transformer_spec as ts
 
     config = model.config
     spec = ts.TransformerSpec.from_config(
-        (config.n_encoder_layers, config.n_decoder_layers), config.n_heads, pre_norm=config.norm_first
+        (config.n_encoder_layers, config.n_decoder_layers),
+        config.n_heads,
+        pre_norm=config.norm_first,
+        activation=common_spec.Activation[ACTIVATIONS[config.activation]],
     )
     set_inputs(spec.encoder, model)
     set_inputs(spec.decoder, model)
     spec.decoder.projection.weight = array(model.embedding.weight)  # tied, §3.4
-    spec.decoder.projection.bias = np.zeros(config.vocab_size, dtype=np.float16)
+    bias = model.embedding.bias  # the logits bias, where the config has one
+    spec.decoder.projection.bias = np.zeros(config.vocab_size, np.float16) if bias is None else array(bias)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder_layers, strict=True):
         set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.norm, True)
         set_ffn(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.norm)
@@ -112,6 +127,11 @@ def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer, folder: 
     return target
 
 
+def suppressed(config: ModelConfig, tokenizer: SubwordTokenizer) -> list[list[str]] | None:
+    """The ids ``config`` never generates as ``translate_batch``'s ``suppress_sequences`` (one token each)."""
+    return [[tokenizer.id_to_token(i)] for i in config.never_generate] or None
+
+
 def ctranslate2_sources(tokenizer: SubwordTokenizer, texts: list[str]) -> list[list[str]]:
     """CTranslate2 takes tokens, not ids: the subwords of each text and ``</s>``."""
     return [[tokenizer.id_to_token(i) for i in tokenizer.encode_source(text)] for text in texts]
@@ -126,6 +146,8 @@ def ctranslate2_greedy(
     """
     import ctranslate2
 
+    config = ModelFolder.open(folder).config
+
     # fp32 arithmetic, as ours (the stored fp16 weights would make CTranslate2 pick fp16 where it can).
     translator = ctranslate2.Translator(
         str(Path(folder) / CTRANSLATE2_DIR), device="cpu", compute_type="float32", inter_threads=1
@@ -139,6 +161,7 @@ def ctranslate2_greedy(
             [sources[i] for i in group],
             beam_size=1,
             max_decoding_length=length + extra_len,
+            suppress_sequences=suppressed(config, tokenizer),
         )
         for i, result in zip(group, results, strict=True):
             outputs[i] = [vocab[token] for token in result.hypotheses[0]]

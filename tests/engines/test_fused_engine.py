@@ -16,14 +16,17 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from aiayn.core.config import ModelConfig
 from aiayn.core.contract import OPSET, serving_decoder_spec, serving_encoder_spec
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines.load import translator_for
+from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.fused import FusedOnnxEngine
 from aiayn.engines.onnx.serving_graphs import GraphBuilder, two_stage_top_k
 from aiayn.engines.onnx.sessions import check_built_graph, graph_problems
+from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
 TOLERANCE = 1e-4
@@ -181,7 +184,6 @@ def test_two_stage_top_k_is_exact() -> None:
 def test_random_models_against_torch(changes: dict[str, object]) -> None:
     """Tiny random models (the torch reference builds them; the engine sees only their weights as NumPy)."""
     torch = pytest.importorskip("torch")
-    from aiayn.core.config import ModelConfig
     from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
     from aiayn.engines.pytorch import TorchEngine
     from aiayn.model.transformer import Transformer
@@ -215,3 +217,43 @@ def test_real_sentences_translate_identically(bundled: dict[str, Path], multi30k
     for beam in (1, 4):
         settings = SearchSettings(beam_size=beam)
         assert fused.translate_ids(src_ids, settings) == portable.translate_ids(src_ids, settings)
+
+
+@pytest.fixture(scope="module", params=["marian_like_folder", "marian_gelu_folder"])
+def imported_like(request: pytest.FixtureRequest) -> ModelFolder:
+    """The tiny folders with an imported checkpoint's choices (``tests/conftest.py``): SiLU, sin | cos halves; erf
+    GELU, unscaled embeddings; both with a logits bias and <pad> as the start token, never generated."""
+    return ModelFolder.open(request.getfixturevalue(request.param))
+
+
+def imported_sources(config: ModelConfig, n: int = 50) -> list[list[int]]:
+    """``n`` random sources of 1–12 ordinary ids (neither </s> at 0 nor <pad> at the end) and </s>."""
+    rng = np.random.default_rng(0)
+    eos = config.special_tokens.eos
+    return [[*rng.integers(2, config.vocab_size - 1, rng.integers(1, 13)).tolist(), eos] for _ in range(n)]
+
+
+def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: ModelFolder) -> None:
+    """The serving graphs honour every choice of the config: the same log-probabilities as the contract's graphs
+    and PyTorch at every step, and the same greedy and beam-4 outputs."""
+    pytest.importorskip("torch")
+    folder = imported_like
+    fused = load_engine(folder, ONNX, "cpu", cores=1)
+    assert isinstance(fused, FusedOnnxEngine)
+    portable, torch_engine = load_engine(folder, ONNX_PORTABLE, "cpu", cores=1), load_engine(folder, TORCH)
+    src_ids = imported_sources(folder.config)
+    for reference in (torch_engine, portable):
+        assert max_log_prob_diff(reference, fused, src_ids).max_abs_diff <= TOLERANCE
+    translators = [translator_for(folder, engine) for engine in (torch_engine, portable, fused)]
+    for beam in (1, 4):
+        settings = SearchSettings(beam_size=beam)
+        for reference in translators[:2]:
+            assert count_identical(reference, translators[2], src_ids, settings) == len(src_ids)
+
+
+def test_imported_choices_in_int8(imported_like: ModelFolder) -> None:
+    """The int8 serving graphs build with every choice (the activations, the logits bias) and translate."""
+    folder = imported_like
+    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, int8=True))
+    outputs = int8.translate_ids(imported_sources(folder.config, 4), SearchSettings(beam_size=4))
+    assert len(outputs) == 4 and not any(folder.config.special_tokens.pad in ids for ids in outputs)

@@ -2,11 +2,14 @@
 
 The same model as ``aiayn.model.transformer`` (§3: pre-LN or post-LN stacks, §3.2.2
 multi-head attention, §3.4 tied embeddings scaled by √d_model, §3.5 sinusoidal
-positions), written with ONNX Runtime's ``com.microsoft`` contrib operators so that
-one decoding step is a few dozen kernels instead of a few hundred:
+positions; and the variants an imported checkpoint may need: the feed-forward's
+activation, the positions' layout, unscaled embeddings, a bias on the logits),
+written with ONNX Runtime's ``com.microsoft`` contrib operators so that one decoding
+step is a few dozen kernels instead of a few hundred:
 
 - every token is one row: activations are 2-D (rows, d_model), so ONNX Runtime
-  fuses MatMul + Add into Gemm and Gemm + Relu into FusedGemm;
+  fuses MatMul + Add into Gemm and Gemm + Relu into FusedGemm (``activate``: the other
+  activations);
 - decoder self-attention is ``GroupQueryAttention`` on a preallocated key/value
   buffer (rows, heads, capacity, d_head): the engine binds the same buffer as
   ``cache_*`` and ``present_*``, so the new key/value is written in place (no concat);
@@ -19,6 +22,9 @@ one decoding step is a few dozen kernels instead of a few hundred:
 
 Their inputs and outputs are declared in ``aiayn.core.contract`` (``serving_encoder_spec``,
 ``serving_decoder_spec``), which the engine (``fused.py``) binds by.
+
+The ids a config never generates are no business of the graphs: the search leaves them out
+(``aiayn.search.step.allowed_top``), as it does for every engine.
 
 Contrib-op masks are int32, 1 = attend; blocked scores get -10000 before the
 softmax instead of -inf (exp underflows to exactly 0 either way, as long as one key is
@@ -63,6 +69,7 @@ from aiayn.core.weight_spec import (
     EMBEDDING,
     ENCODER_NORM,
     FEED_FORWARD,
+    LOGITS_BIAS,
     SELF_ATTN,
     W_1,
     W_2,
@@ -83,11 +90,15 @@ POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length 
 Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
 
 
-def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
-    """§3.5, interleaved sin/cos as in ``aiayn.model.layers.sinusoidal_positions``, (length, d_model) float32."""
+def sinusoidal_table(length: int, d_model: int, layout: str) -> np.ndarray:
+    """§3.5 as ``aiayn.model.layers.sinusoidal_positions`` computes it, (length, d_model) float32: sin/cos pairs
+    interleaved, or (``layout`` "halves", Marian's) the d/2 sines first and the d/2 cosines after them."""
     inv_freq = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
     angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq[None, :]  # (length, d_model / 2)
-    return np.stack((np.sin(angles), np.cos(angles)), axis=-1).reshape(length, d_model).astype(np.float32)
+    sin, cos = np.sin(angles), np.cos(angles)
+    if layout == "halves":
+        return np.concatenate((sin, cos), axis=-1)
+    return np.stack((sin, cos), axis=-1).reshape(length, d_model)
 
 
 class GraphBuilder:
@@ -121,15 +132,25 @@ class GraphBuilder:
     def op1(self, op_type: str, inputs: list[str], hint: str, domain: str = "", **attrs: Any) -> str:
         return self.op(op_type, inputs, hint, 1, domain, **attrs)[0]
 
-    def linear(self, x: str, names: list[str], hint: str, relu: bool = False) -> str:
+    def linear(self, x: str, names: list[str], hint: str) -> str:
         """x (rows, in) @ Wᵀ + b for one or several torch Linears fused along the outputs → (rows, Σ out)."""
         w = np.concatenate([self.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (in, out)
         b = np.concatenate([self.weight(f"{n}.{BIAS}") for n in names])
         w_name = self.const(self.fresh(hint + ".w"), w)
         b_name = self.const(self.fresh(hint + ".b"), b)
         y = self.op1("MatMul", [x, w_name], hint)
-        y = self.op1("Add", [y, b_name], hint)  # ORT fuses MatMul + Add into Gemm (2-D)
-        return self.op1("Relu", [y], hint) if relu else y
+        return self.op1("Add", [y, b_name], hint)  # ORT fuses MatMul + Add into Gemm (2-D)
+
+    def activate(self, x: str, activation: str) -> str:
+        """The feed-forward's hidden activation (one of ``config.ACTIVATIONS``) as ONNX Runtime runs it best:
+        Relu, fused with the Gemm before it into FusedGemm; x·Sigmoid(x), fused into one QuickGelu (α = 1 is the
+        SiLU); the erf GELU of torch's F.gelu as the contrib Gelu (opset 18 has none; the Erf formula would be
+        fused into the same kernel). Either costs the Gemms' time within noise (32 rows, 512 → 2048 → 512)."""
+        if activation == "relu":
+            return self.op1("Relu", [x], "relu")
+        if activation == "swish":
+            return self.op1("Mul", [x, self.op1("Sigmoid", [x], "sigmoid")], "swish")
+        return self.op1("Gelu", [x], "gelu", MS_DOMAIN)
 
     def layer_norm(self, x: str, prefix: str, eps: float) -> str:
         scale = self.const(self.fresh(prefix + ".g"), self.weight(f"{prefix}.{WEIGHT}"))
@@ -147,10 +168,18 @@ class GraphBuilder:
                 x = self.layer_norm(self.op1("Add", [x, function(x)], "res"), norm_name, eps)
         return self.layer_norm(x, final_norm, eps) if config.norm_first else x
 
-    def feed_forward(self, x: str, prefix: str) -> str:
-        """Eq. 2: max(0, x W1 + b1) W2 + b2."""
-        hidden = self.linear(x, [f"{prefix}.{W_1}"], "ffn1", relu=True)
+    def feed_forward(self, x: str, prefix: str, activation: str) -> str:
+        """Eq. 2: max(0, x W1 + b1) W2 + b2, or another ``activation`` in place of max(0, ·)."""
+        hidden = self.activate(self.linear(x, [f"{prefix}.{W_1}"], "ffn1"), activation)
         return self.linear(hidden, [f"{prefix}.{W_2}"], "ffn2")
+
+    def inputs(self, config: ModelConfig) -> tuple[str, str]:
+        """§3.4–3.5: the input embeddings, (vocab, d) scaled by √d_model unless the checkpoint leaves the scale
+        out, and the positions' table (max_len + ``POSITION_MARGIN``, d) in the config's layout."""
+        scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        embedding = self.const("embedding_in", self.weight(EMBEDDING) * np.float32(scale))
+        table = sinusoidal_table(config.max_len + POSITION_MARGIN, config.d_model, config.positions)
+        return embedding, self.const("positions", table)
 
     def model(self, spec: GraphSpec) -> bytes:
         """The graph with the inputs and outputs that ``spec`` declares, serialized."""
@@ -211,8 +240,7 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
     g = GraphBuilder(weights)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
-    emb = g.const("embedding_scaled", g.weight(EMBEDDING) * np.float32(math.sqrt(d)))
-    table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
+    emb, table = g.inputs(config)
     shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
     src_len = g.op1("Slice", [shape, g.const("one", np.array([1])), g.const("two", np.array([2]))], "src_len")
     positions = g.op1("Slice", [table, g.const("zero", np.array([0])), src_len], "pos")  # (src_len, d)
@@ -244,11 +272,12 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
         )
         return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
+    feed_forward_of = partial(g.feed_forward, activation=config.activation)
     sublayers: Sublayers = []
     for i in range(config.n_encoder_layers):
         attention, feed_forward = (sublayer(encoder_layer(i), name) for name in (SELF_ATTN, FEED_FORWARD))
         sublayers.append((norm(attention), partial(self_attention, prefix=attention)))
-        sublayers.append((norm(feed_forward), partial(g.feed_forward, prefix=feed_forward)))
+        sublayers.append((norm(feed_forward), partial(feed_forward_of, prefix=feed_forward)))
     x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, ENCODER_NORM, config)
     # All decoder layers' cross keys and values in one Gemm: (rows, 2 · layers · d).
     cross = [f"{sublayer(decoder_layer(i), CROSS_ATTN)}.{w}" for i in range(n_dec) for w in (W_K, W_V)]
@@ -269,10 +298,8 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     """
     g = GraphBuilder(weights)
     d, heads = config.d_model, config.n_heads
-    emb = g.weight(EMBEDDING)  # (vocab, d)
-    emb_scaled = g.const("embedding_scaled", emb * np.float32(math.sqrt(d)))
-    table = g.const("positions", sinusoidal_table(config.max_len + POSITION_MARGIN, d))
-    tokens = g.op1("Gather", [emb_scaled, TGT_IDS], "tok")  # (rows, d)
+    emb, table = g.inputs(config)
+    tokens = g.op1("Gather", [emb, TGT_IDS], "tok")  # (rows, d)
     positions = g.op1("Gather", [table, SEQLENS_K], "pos")  # (rows, d)
     rows_d = g.const("rows_d", np.array([-1, d]))
     rows_1_3d = g.const("rows_1_3d", np.array([-1, 1, 3 * d]))
@@ -305,16 +332,20 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
         )
         return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
+    feed_forward_of = partial(g.feed_forward, activation=config.activation)
     sublayers: Sublayers = []
     for i in range(config.n_decoder_layers):
         own, other, feed_forward = (sublayer(decoder_layer(i), n) for n in (SELF_ATTN, CROSS_ATTN, FEED_FORWARD))
         sublayers.append((norm(own), partial(self_attention, prefix=own, i=i)))
         sublayers.append((norm(other), partial(cross_attention, prefix=other, i=i)))
-        sublayers.append((norm(feed_forward), partial(g.feed_forward, prefix=feed_forward)))
+        sublayers.append((norm(feed_forward), partial(feed_forward_of, prefix=feed_forward)))
     x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, DECODER_NORM, config)  # (rows, d)
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), stored transposed (d, vocab).
-    projection = g.const("embedding_t", np.ascontiguousarray(emb.T))
-    log_probs = g.op1("LogSoftmax", [g.op1("MatMul", [x, projection], "logits")], "log_probs", axis=-1)
+    projection = g.const("embedding_t", np.ascontiguousarray(g.weight(EMBEDDING).T))
+    logits = g.op1("MatMul", [x, projection], "logits")  # (rows, vocab)
+    if config.logits_bias:  # Marian's final_logits_bias; ORT fuses the Add into the MatMul's Gemm
+        logits = g.op1("Add", [logits, g.const("logits_bias", g.weight(LOGITS_BIAS))], "biased")
+    log_probs = g.op1("LogSoftmax", [logits], "log_probs", axis=-1)
     if block_top_k and (block := block_size(config.vocab_size)):
         two_stage_top_k(g, log_probs, TOP_K, block, config.vocab_size, [TOP_LOG_PROBS, TOP_IDS])
     else:
