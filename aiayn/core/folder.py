@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -135,12 +136,30 @@ class ModelFolder:
         return folder
 
     @classmethod
-    def create(cls, path: Path, config: ModelConfig, tokenizer: SubwordTokenizer) -> ModelFolder:
-        """A new folder (or one being overwritten by a new run) with its config.json and tokenizer.json."""
+    def create(cls, path: Path, config: ModelConfig, tokenizer: SubwordTokenizer | ModelFolder) -> ModelFolder:
+        """A new folder (or one being overwritten by a new run) with its config.json and tokenizer.json.
+
+        ``tokenizer`` is a new run's, written here, or the folder a run continues from, whose tokenizer files
+        (``target_tokenizer.json`` too, where it has one) are copied byte for byte: an imported checkpoint's were
+        written by another library, and need not come back the same from being read and written again.
+        """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         folder = cls(path, {MODEL_SECTION: config.to_dict()})
-        tokenizer.save(folder.tokenizer_file)
+        if isinstance(tokenizer, ModelFolder):
+            for source, target in (
+                (tokenizer.tokenizer_file, folder.tokenizer_file),
+                (tokenizer.target_tokenizer_file, folder.target_tokenizer_file),
+            ):
+                if source.is_file():
+                    tmp = target.with_name(target.name + ".tmp")
+                    shutil.copyfile(source, tmp)
+                    tmp.replace(target)
+                else:
+                    target.unlink(missing_ok=True)  # a folder re-created from one with a single tokenizer
+            tokenizer = tokenizer.tokenizer
+        else:
+            tokenizer.save(folder.tokenizer_file)
         folder.write_section(MODEL_SECTION, config.to_dict())
         folder.__dict__["tokenizer"] = tokenizer  # the cached_property, already known
         return folder
@@ -185,7 +204,7 @@ class ModelFolder:
         raw = self.tokenizer.tokenizer
         if is_tidy(raw):
             return False
-        tidy = SubwordTokenizer(tidied(raw, SPECIAL_TOKEN_TEXT.values()))
+        tidy = SubwordTokenizer(tidied(raw, SPECIAL_TOKEN_TEXT.values()), self.tokenizer.target)  # the target's kept
         tidy.save(self.tokenizer_file)
         self.__dict__["tokenizer"] = tidy
         return True

@@ -129,7 +129,7 @@ class TokenPairs:
         width = int(tgt_len.max()) + 1
         tgt_in = np.full((len(rows), width), tokens.pad, dtype=np.int64)
         tgt_out = np.full((len(rows), width), tokens.pad, dtype=np.int64)
-        tgt_in[index, 0] = tokens.bos
+        tgt_in[index, 0] = tokens.bos  # <pad> itself in Marian's folders: the padding is found in tgt_out alone
         tgt_in[np.repeat(index, tgt_len), tgt_place + 1] = tgt
         tgt_out[np.repeat(index, tgt_len), tgt_place] = tgt
         tgt_out[index, tgt_len] = tokens.eos

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, VALIDATION_SAMPLE_PAIRS, ModelFolder
+from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, SEARCH_SECTION, VALIDATION_SAMPLE_PAIRS, ModelFolder
 from aiayn.data.batching import BatchPlan, plan_batches
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
@@ -33,13 +33,25 @@ from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, wi
 from aiayn.train.precision import resolve_precision
 from aiayn.train.progress import Progress
 from aiayn.train.record import write_record
-from aiayn.train.start import LAST_CHECKPOINT, RESUME_FIX, Start, continued_config, decide, preset_config
+from aiayn.train.start import (
+    LAST_CHECKPOINT,
+    RESUME_FIX,
+    Start,
+    continued_config,
+    continued_search,
+    decide,
+    preset_config,
+)
 from aiayn.train.step import accumulate_gradients
 from aiayn.train.validate import calibrate_kept_weights, validate
 
 SMALL_CORPUS_PAIRS = 10_000  # under this, a run is warned what to expect
 # With only --time-limit bounding a run, its pace over this many steps plans it (``plan_schedule``).
 PLAN_AFTER_STEPS = 30
+NO_RECORD = (
+    "--init-from {path} has no {record} (an imported checkpoint): eq. 3's learning rate starts at step 0, with a "
+    "warm-up (--warmup and --lr-scale set it yourself)"
+)
 
 
 def pick_device(name: str) -> torch.device:
@@ -66,16 +78,15 @@ def hardware_summary(device: torch.device, world_size: int, precision: str) -> d
 
 
 def parent_summary(parent: ModelFolder) -> dict[str, Any]:
-    """What a continued run keeps of its parent's record: where eq. 3 stands, and the chain of commands."""
+    """What a continued run keeps of its parent's record: where eq. 3 stands, and the chain of commands.
+
+    A parent without a record was not trained here (an imported checkpoint): no step of eq. 3 was taken, so
+    the schedule starts at step 0, its warm-up fitted to this run unless --warmup sets one (``NO_RECORD``).
+    """
     record = parent.training_record()
-    if not record:
-        raise ValueError(
-            f"--init-from {parent.path} has no {parent.record_file.name}, so where its learning-rate schedule left "
-            "off is unknown; continue a folder written by `aiayn train`"
-        )
     return {
         "folder": str(parent.path),
-        "schedule_steps": int(record.get("schedule_steps", record["steps"])),  # its parents' steps too
+        "schedule_steps": int(record.get("schedule_steps", record.get("steps", 0))),  # its parents' steps too
         "wall_seconds": record.get("wall_seconds"),
         "hardware": record.get("hardware"),
         "commands": record.get("commands", []),
@@ -111,8 +122,9 @@ class Trainer:
                     f"warning: {small} training pairs is a small corpus (under {SMALL_CORPUS_PAIRS}): expect "
                     "translations of sentences like the training ones at best, and little beyond them"
                 )
-            if start is Start.NEW and val is not None and val.describe().get("kind") != "multi30k":
-                # The user's own validation pairs, so that export and checks of the folder need no corpus.
+            if start is not Start.RESUME and val is not None and val.describe().get("kind") != "multi30k":
+                # The user's own validation pairs, so that export and checks of the folder need no corpus (a
+                # resumed run's folder has them already).
                 self.folder.write_validation_sample(list(islice(val.pairs(), VALIDATION_SAMPLE_PAIRS)))
 
         torch.manual_seed(options.seed)
@@ -131,6 +143,8 @@ class Trainer:
             load_folder_weights(self.model, parent)
             summary = parent_summary(parent)
             inherited = summary.pop("options")
+            if self.is_main and not parent.record_file.is_file():
+                tqdm.write(NO_RECORD.format(path=parent.path, record=parent.record_file.name))
             self.progress.schedule_offset, self.progress.parent = summary["schedule_steps"], summary
         # Eq. 3's warm-up is fitted to the planned run only where nobody chose it: not --warmup, not the run
         # this one goes on from.
@@ -170,7 +184,13 @@ class Trainer:
             langs = {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
             config = preset.replace(vocab_size=data.tokenizer.vocab_size, **langs)
         if self.is_main:
-            return data, ModelFolder.create(Path(options.out), config, data.tokenizer)
+            if parent is None:
+                return data, ModelFolder.create(Path(options.out), config, data.tokenizer)
+            folder = ModelFolder.create(Path(options.out), config, parent)  # its very tokenizer files
+            search = continued_search(parent)
+            if search:  # an imported checkpoint's decoding defaults hold for its fine-tuned weights
+                folder.write_section(SEARCH_SECTION, search)
+            return data, folder
         folder = ModelFolder(Path(options.out), {MODEL_SECTION: config.to_dict()})  # rank 0 writes it
         folder.__dict__["tokenizer"] = data.tokenizer
         return data, folder

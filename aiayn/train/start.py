@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from aiayn.core.config import PRESETS, ModelConfig
-from aiayn.core.folder import CHECKPOINT_DIR, ModelFolder
+from aiayn.core.folder import CHECKPOINT_DIR, SEARCH_SECTION, ModelFolder
 
 LAST_CHECKPOINT = "last.pt"
 # --resume has only last.pt to go on from (the epoch checkpoints hold weights alone), so without it the run
@@ -21,6 +22,8 @@ RESUME_FIX = (
 )
 # Config fields that --init-from may change: they alter training, not the weights' shapes or meaning.
 REGULARIZATION_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
+# What `aiayn eval` tunes on val into the ``search`` section: it was chosen for the parent's weights alone.
+TUNED_SEARCH_KEYS = frozenset({"length_penalty", "tuned_on"})
 
 
 class Start(Enum):
@@ -70,3 +73,13 @@ def continued_config(parent: ModelFolder, overrides: dict[str, object], src_lang
             f"(only {', '.join(sorted(REGULARIZATION_FIELDS))} can)"
         )
     return config.replace(**overrides)
+
+
+def continued_search(parent: ModelFolder) -> dict[str, Any]:
+    """The ``search`` section a continued run's folder starts with: the parent's decoding defaults that belong
+    to the kind of model (an imported checkpoint's beam size, length normalisation and penalty), without what was
+    tuned on val for the parent's weights (empty for every folder `aiayn train` wrote)."""
+    section = parent.section(SEARCH_SECTION)
+    if "tuned_on" not in section:
+        return section
+    return {key: value for key, value in section.items() if key not in TUNED_SEARCH_KEYS}

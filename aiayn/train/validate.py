@@ -33,7 +33,8 @@ def validate(
         for rows in token_batches(*valid.lengths(), max_tokens, 0, 0):
             src_ids, tgt_in, tgt_out = to_tensors(valid.padded(rows, special), device)
             states, target = real_targets(model.teacher_forced_states(src_ids, tgt_in), tgt_out, special.pad)
-            total_loss += label_smoothed_sum(states, model.embedding.weight, target, 0.0).item()
+            embedding = model.embedding
+            total_loss += label_smoothed_sum(states, embedding.weight, target, 0.0, embedding.bias).item()
             total_tokens += target.numel()
     translator = translator_for(folder, TorchEngine(model, device), max_sentences=256)
     hypotheses = translator.translate_ids(valid.source_ids(special.eos), SearchSettings(beam_size=1))
