@@ -16,8 +16,7 @@ from aiayn.cli import main
 from aiayn.core.folder import SEARCH_SECTION, TRAINING_RECORD_FILE, ModelFolder
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.data.prepare import PreparedData
-from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.search.translator import SearchSettings
 from aiayn.train.start import continued_search
 
@@ -63,7 +62,6 @@ def test_an_imported_folder_is_fine_tuned_and_its_tokenizers_kept(
     marian_like_folder: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
     target_side: bool,
 ) -> None:
     parent = parent_folder(marian_like_folder, tmp_path, target_side)
@@ -94,15 +92,13 @@ def test_an_imported_folder_is_fine_tuned_and_its_tokenizers_kept(
     if target_side:
         assert set(folder.tokenizer.encode(first)) == {tokens.unk}  # what the source side would have made of it
 
-    # The contract's graphs, proven against PyTorch on the validation sample the run kept (greedy and beam 4
-    # identical). The CPU serving graphs (engines/onnx/serving_graphs.py) are built for the paper's choices
-    # only (ReLU, interleaved positions, no logits bias) and are left out until they build Marian's too.
-    monkeypatch.setattr("aiayn.export.checks.prove_serving_graphs", lambda *args: [])
+    # The contract's graphs and the CPU serving graphs, proven against PyTorch on the validation sample the run
+    # kept (greedy and beam 4 identical).
     assert main(["export", str(out)]) == 0
     assert "greedy 20/20 identical, beam-4 20/20 identical (ONNX vs PyTorch)" in capsys.readouterr().out
     # Through the library: the CLI leaves out characters its vocabulary lacks alone, and a word-level one lacks
     # them all (SentencePiece, an imported checkpoint's, has them).
-    translator = translator_for(folder, OnnxEngine.load(folder, device="cpu"))
+    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
     for beam in (1, 4):
         [ids] = translator.translate_ids([translator.source_ids("the red cat sleeps")], SearchSettings(beam_size=beam))
         assert ids and not set(ids) & {tokens.pad, tokens.eos, tokens.unk}  # the search never chooses <pad>
