@@ -77,6 +77,12 @@ MakeCheckpoint = Callable[..., Path]
 
 
 @pytest.fixture(scope="session")
+def parallel() -> tuple[list[str], list[str]]:
+    """English and German sentences, line by line translations of each other where Multi30k is at hand."""
+    return sentences("en", 3600)[3200:], sentences("de", 3600)[3200:]
+
+
+@pytest.fixture(scope="session")
 def held_out() -> list[str]:
     """200 English sentences the SentencePiece models were not trained on."""
     return sentences("en", 3200)[-200:]

@@ -209,3 +209,51 @@ def test_the_browser_folder_translates_as_generate(
         page.close()
     same = sum(a == b for a, b in zip(got, expected, strict=True))
     assert same == SENTENCES, f"browser: {same}/{SENTENCES} identical to generate()"
+
+
+def test_a_hub_id_is_read_through_the_hubs_cache(
+    marian_checkpoint: MakeCheckpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Hub id goes through huggingface_hub (its cache, its settings): here an offline cache that holds the
+    checkpoint, laid out as the Hub's client lays out a download."""
+    cache = tmp_path / "hub"
+    repo = cache / "models--Helsinki-NLP--opus-mt-en-de"
+    commit = "0" * 40
+    shutil.copytree(marian_checkpoint("swish", True), repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    folder = imported(Path("Helsinki-NLP/opus-mt-en-de"), tmp_path)
+    assert folder.section("imported")["from"] == "Helsinki-NLP/opus-mt-en-de"
+    assert (folder.config.src_lang, folder.config.tgt_lang) == ("en", "de")
+
+
+def test_fine_tuning_an_imported_model_lowers_validation_loss(
+    marian_checkpoint: MakeCheckpoint, parallel: tuple[list[str], list[str]], tmp_path: Path
+) -> None:
+    """`aiayn train --init-from` an imported folder on the user's files: both tokenizers kept, the loss falls,
+    and the new folder translates and exports."""
+    parent = imported(marian_checkpoint("swish", True), tmp_path)
+    english, german = parallel
+    files = {}
+    for split, rows in (("train", slice(0, 300)), ("valid", slice(300, 360))):
+        for lang, lines in (("en", english), ("de", german)):
+            files[split, lang] = tmp_path / f"{split}.{lang}"
+            files[split, lang].write_text("\n".join(lines[rows]) + "\n", encoding="utf-8")
+    out = tmp_path / "fine-tuned"
+    command = ["train", "--init-from", str(parent.path), "--out", str(out), "--epochs", "3", "--device", "cpu"]
+    command += ["--train-files", str(files["train", "en"]), str(files["train", "de"])]
+    command += ["--valid-files", str(files["valid", "en"]), str(files["valid", "de"])]
+    assert main(command) == 0
+    record = json.loads((out / "training.json").read_text())
+    losses = [epoch["val_loss"] for epoch in record["epochs"]]
+    assert losses[-1] < losses[0], losses
+    for name in ("tokenizer.json", "target_tokenizer.json"):
+        assert (out / name).read_bytes() == (parent.path / name).read_bytes()
+    assert main(["export", str(out), "--check-sentences", "20"]) == 0
+    assert main(["translate", "--model", str(out), english[0]]) == 0
+    test_files = [str(files["valid", "en"]), str(files["valid", "de"])]
+    assert main(["eval", "--model", str(parent.path), "--engine", "onnx", "--test-files", *test_files]) == 0
