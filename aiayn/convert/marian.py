@@ -70,7 +70,9 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 OPUS_PAIR = re.compile(r"opus-mt-(?:tc-big-)?([a-z]{2,3})-([a-z]{2,3})$")
 # How closely the imported model must follow the checkpoint's (same rounded weights, fp32 arithmetic).
 CHECK_TOLERANCE = 1e-4
-CHECK_SENTENCES = ("Two dogs play in the snow.", "The stock market fell sharply after the bank raised rates.")
+# Teacher-forced: a source, and a target-side text fed to the decoder (any text checks the arithmetic).
+CHECK_SOURCE = "The stock market fell sharply after the bank raised rates."
+CHECK_TARGET = "Zwei Hunde spielen im Schnee."
 
 
 class UnsupportedCheckpoint(ValueError):
@@ -302,9 +304,9 @@ def check_against_checkpoint(model: Transformer, path: Path, tokenizer: SubwordT
         for name, tensor in [*reference.named_parameters(), *reference.named_buffers()]:
             if not name.endswith("embed_positions.weight"):  # computed, as ours are; never stored
                 tensor.copy_(tensor.to(STORAGE_DTYPE).float())
-        src = torch.tensor(tokenizer.encode_source_batch(list(CHECK_SENTENCES))[0])[None]
+        src = torch.tensor([tokenizer.encode_source(CHECK_SOURCE)])  # (1, src_len)
         start = model.config.special_tokens.bos
-        tgt = torch.tensor([[start, *tokenizer.encode_target_batch(list(CHECK_SENTENCES[:1]))[0]]])
+        tgt = torch.tensor([[start, *tokenizer.encode_target_batch([CHECK_TARGET])[0]]])  # (1, 1 + tgt_len)
         theirs = reference(input_ids=src, decoder_input_ids=tgt).logits.log_softmax(-1)
         ours = model(src, tgt).log_softmax(-1)
     diff = float((theirs - ours).abs().max())

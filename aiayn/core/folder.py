@@ -263,11 +263,6 @@ class ModelFolder:
         self.validation_file.write_text("".join(lines), encoding="utf-8")
 
     # What later steps wrote (read here; the runtime objects built from them are made where engines are loaded).
-    def length_penalty(self) -> float | None:
-        """The ``search`` section's length penalty, tuned on val (None, for a folder without one)."""
-        penalty = self.section(SEARCH_SECTION).get("length_penalty")
-        return None if penalty is None else float(penalty)
-
     def search_defaults(self) -> dict[str, Any]:
         """The ``search`` section's decoding defaults that are set: ``length_penalty`` (tuned on val), and for an
         imported checkpoint its own ``beam_size`` and ``length_normalization`` (``aiayn.search.translator``)."""

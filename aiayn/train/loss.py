@@ -76,7 +76,7 @@ class _FusedLabelSmoothed(torch.autograd.Function):
             grad_rows = torch.empty(n_rows, h.size(1), dtype=compute_dtype, device=h.device)
             grad_weight = torch.zeros(weight.shape, dtype=acc_dtype, device=h.device)
             b = None if bias is None else bias.to(acc_dtype)
-            grad_bias = torch.zeros(vocab, dtype=acc_dtype, device=h.device)
+            grad_bias = torch.zeros(vocab if b is not None else 0, dtype=acc_dtype, device=h.device)
             total = torch.zeros((), dtype=acc_dtype, device=h.device)
             for start in range(0, n_rows, CHUNK_ROWS):
                 stop = min(start + CHUNK_ROWS, n_rows)

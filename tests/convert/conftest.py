@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,33 +35,51 @@ def sentences(lang: str, count: int) -> list[str]:
     ]
 
 
-def train_spm(lines: list[str], prefix: Path, vocab_size: int) -> Path:
+def train_spm(
+    lines: Sequence[str], prefix: Path, vocab_size: int, model_type: str = "unigram", byte_fallback: bool = False
+) -> Path:
+    """A SentencePiece model as OPUS-MT trains them (Unigram, full character coverage); its ``.model`` file."""
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
         model_prefix=str(prefix),
-        model_type="unigram",
         vocab_size=vocab_size,
+        model_type=model_type,
+        byte_fallback=byte_fallback,
         character_coverage=1.0,
-        hard_vocab_limit=False,  # the made-up corpus has fewer pieces to give
+        hard_vocab_limit=False,  # a few built-in or made-up sentences hold fewer pieces than asked for
         minloglevel=2,
     )
-    model = prefix.with_suffix(".model")
-    spm_file = prefix.with_suffix(".spm")
-    model.replace(spm_file)
-    return spm_file
+    return prefix.with_suffix(".model")
 
 
-def spm_pieces(spm_file: Path) -> list[str]:
+def marian_vocab(models: Iterable[Path], eos_first: bool = True) -> dict[str, int]:
+    """vocab.json over the pieces of ``models``: OPUS-MT's layout, </s> 0, <unk> 1, the pieces, <pad> last; or
+    (``eos_first=False``) the pieces first and </s>, <unk>, <pad> the last three ids."""
     import sentencepiece as spm
 
-    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
-    return [
-        processor.id_to_piece(i)
-        for i in range(processor.get_piece_size())
-        if not (processor.is_control(i) or processor.is_unknown(i))
-    ]
+    pieces: dict[str, None] = {}
+    for model in models:
+        processor = spm.SentencePieceProcessor(model_file=str(model))
+        for i in range(processor.get_piece_size()):
+            if not (processor.is_control(i) or processor.is_unknown(i)):
+                pieces.setdefault(processor.id_to_piece(i))
+    tokens = ["</s>", "<unk>", *pieces, "<pad>"] if eos_first else [*pieces, "</s>", "<unk>", "<pad>"]
+    return {token: i for i, token in enumerate(tokens)}
+
+
+@dataclass(frozen=True)
+class SpmKit:
+    """How this folder's tests make SentencePiece models and Marian vocabularies (``spm_kit``)."""
+
+    train: Callable[..., Path]
+    vocab: Callable[..., dict[str, int]]
+
+
+@pytest.fixture(scope="session")
+def spm_kit() -> SpmKit:
+    return SpmKit(train_spm, marian_vocab)
 
 
 @pytest.fixture(scope="session")
@@ -103,9 +122,7 @@ def marian_checkpoint(tmp_path_factory: pytest.TempPathFactory, spm_pair: tuple[
         from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
         source_spm, target_spm = spm_pair
-        pieces = list(dict.fromkeys(spm_pieces(source_spm) + spm_pieces(target_spm)))
-        tokens = ["</s>", "<unk>", *pieces, "<pad>"] if eos_first else [*pieces, "</s>", "<unk>", "<pad>"]
-        vocab = {token: i for i, token in enumerate(tokens)}
+        vocab = marian_vocab(spm_pair, eos_first)
         folder = tmp_path_factory.mktemp(f"marian-{activation}-{'eos0' if eos_first else 'eosN'}")
         pad, eos = vocab["<pad>"], vocab["</s>"]
         config = MarianConfig(

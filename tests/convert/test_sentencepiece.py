@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,20 +31,20 @@ from aiayn.data.text_files import read_lines  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
 ENGLISH = [
-    "A man in a blue shirt is standing on a ladder cleaning windows.",
-    "Two young, white males are outside near many bushes!",
-    "Several men in hard hats are operating a giant pulley system?",
-    "A little girl climbing into a wooden playhouse; she is 4 years old.",
+    "A baker in a white apron carries three loaves across the square.",
+    "Two tired, happy hikers rest beside a mossy stone wall!",
+    "Do several sailors in yellow coats pull the heavy rope?",
+    "A small boy builds a sand castle; he is 5 years old.",
     "Three people sit in a café and drink coffee at 10:30 (fine weather).",
     "The dog's owner said: \"don't run\" - and it stopped at once.",
     "Children play football in the park while their parents watch.",
     "A woman with long brown hair holds a red umbrella in the rain.",
 ]
 GERMAN = [
-    "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt Fenster.",
-    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche!",
-    "Mehrere Männer mit Schutzhelmen bedienen ein Antriebsradsystem?",
-    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz; es ist 4 Jahre alt.",
+    "Ein Bäcker in weißer Schürze trägt drei Brote über den Platz.",
+    "Zwei müde, fröhliche Wanderer ruhen neben einer moosigen Steinmauer!",
+    "Ziehen mehrere Seeleute in gelben Mänteln das schwere Seil?",
+    "Ein kleiner Junge baut eine Sandburg; er ist 5 Jahre alt.",
     "Drei Leute sitzen in einem Café und trinken um 10:30 Kaffee (schönes Wetter).",
     "Die Besitzerin des Hundes sagte: „lauf nicht“ – und er blieb stehen.",
     "Kinder spielen im Park Fußball, während ihre Eltern zusehen.",
@@ -78,42 +79,16 @@ class Marian:
     vocab: dict[str, int]
 
 
-def train_spm(
-    lines: Sequence[str], prefix: Path, vocab_size: int, model_type: str = "unigram", byte_fallback: bool = False
-) -> Path:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_prefix=str(prefix),
-        vocab_size=vocab_size,
-        model_type=model_type,
-        byte_fallback=byte_fallback,
-        character_coverage=1.0,
-        hard_vocab_limit=False,  # the few built-in sentences hold fewer pieces than asked for
-        minloglevel=2,
-    )
-    return prefix.with_suffix(".model")
-
-
-def marian_vocab(models: Iterable[Path]) -> dict[str, int]:
-    vocab = {"</s>": 0, "<unk>": 1}
-    for model in models:
-        processor = spm.SentencePieceProcessor(model_file=str(model))
-        for i in range(processor.get_piece_size()):
-            if not (processor.is_control(i) or processor.is_unknown(i)):
-                vocab.setdefault(processor.id_to_piece(i), len(vocab))
-    vocab["<pad>"] = len(vocab)
-    return vocab
-
-
 def converted(spm_file: Path, vocab: dict[str, int]) -> Tokenizer:
     """The tokenizer as serving reads it: saved and loaded again."""
     return Tokenizer.from_str(tokenizer_from_sentencepiece(spm_file, vocab).to_str())
 
 
-def train_marian(folder: Path, source: Sequence[str], target: Sequence[str], vocab_size: int) -> Marian:
-    source_spm = train_spm(source, folder / "source", vocab_size)
-    target_spm = train_spm(target, folder / "target", vocab_size)
-    vocab = marian_vocab([source_spm, target_spm])
+def train_marian(kit: Any, folder: Path, source: Sequence[str], target: Sequence[str], vocab_size: int) -> Marian:
+    """``kit``: the ``spm_kit`` fixture (tests/convert/conftest.py)."""
+    source_spm = kit.train(source, folder / "source", vocab_size)
+    target_spm = kit.train(target, folder / "target", vocab_size)
+    vocab = kit.vocab([source_spm, target_spm])
     vocab_file = folder / "vocab.json"
     vocab_file.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     reference = MarianTokenizer(str(source_spm), str(target_spm), str(vocab_file))
@@ -121,17 +96,19 @@ def train_marian(folder: Path, source: Sequence[str], target: Sequence[str], voc
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Marian:
+def small(tmp_path_factory: pytest.TempPathFactory, spm_kit: Any) -> Marian:
     """en → de from the built-in sentences: no corpus needed."""
-    return train_marian(tmp_path_factory.mktemp("small"), ENGLISH * 4, GERMAN * 4, vocab_size=300)
+    return train_marian(spm_kit, tmp_path_factory.mktemp("small"), ENGLISH * 4, GERMAN * 4, vocab_size=300)
 
 
 @pytest.fixture(scope="module")
-def multi30k(tmp_path_factory: pytest.TempPathFactory, multi30k_dir: Path) -> tuple[Marian, list[str], list[str]]:
+def multi30k(
+    tmp_path_factory: pytest.TempPathFactory, multi30k_dir: Path, spm_kit: Any
+) -> tuple[Marian, list[str], list[str]]:
     """en → de trained on the Multi30k training split, with that split's lines."""
     english = list(read_lines(multi30k_dir / "train.en.gz"))
     german = list(read_lines(multi30k_dir / "train.de.gz"))
-    return train_marian(tmp_path_factory.mktemp("multi30k"), english, german, vocab_size=2000), english, german
+    return train_marian(spm_kit, tmp_path_factory.mktemp("multi30k"), english, german, vocab_size=2000), english, german
 
 
 def encode_differences(
@@ -224,8 +201,8 @@ def test_an_unknown_run_that_is_no_piece_differs(small: Marian) -> None:
     assert small.vocab["<unk>"] in marian_ids(small.reference, "aßäb")
 
 
-def test_refuses_what_it_cannot_reproduce(tmp_path: Path, small: Marian) -> None:
-    text = ENGLISH * 4
+def test_refuses_what_it_cannot_reproduce(tmp_path: Path, small: Marian, spm_kit: Any) -> None:
+    text, train_spm = ENGLISH * 4, spm_kit.train
     with pytest.raises(ValueError, match="BPE model; only Unigram"):
         tokenizer_from_sentencepiece(train_spm(text, tmp_path / "bpe", 200, model_type="bpe"), small.vocab)
     with pytest.raises(ValueError, match="byte fallback"):
