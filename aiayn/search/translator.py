@@ -2,7 +2,8 @@
 
 Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
 releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
-thread. A batch is searched whole in one lane, so the outputs do not depend on the number of lanes.
+thread. Fewer batches than lanes are cut until each lane has one (``spread``): a sentence's search does not
+depend on the sentences batched with it, so the outputs do not depend on the number of lanes.
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ def length_batches(lengths: Sequence[int], max_sentences: int, max_tokens: int) 
     return batches
 
 
+def spread(batches: list[list[int]], lanes: int) -> list[list[int]]:
+    """``batches`` cut until every lane has one: the largest is halved (its two halves stay similar in length)
+    while there are fewer batches than lanes and one holds more than a sentence. A sentence's search does not
+    depend on its batch, so the outputs stay the same; only a single batch no longer leaves cores idle."""
+    batches = list(batches)
+    while len(batches) < lanes and (largest := max(batches, key=len, default=[])) and len(largest) > 1:
+        at = batches.index(largest)
+        half = (len(largest) + 1) // 2
+        batches[at : at + 1] = [largest[:half], largest[half:]]
+    return batches
+
+
 @cache
 def lanes_pool(lanes: int) -> ThreadPoolExecutor:
     """The process's ``lanes`` lanes, shared by every translator (a page serving two models, its batcher's workers):
@@ -122,7 +135,7 @@ class Translator:
     ) -> list[Output]:
         """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
         outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
-        batches = length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens)
+        batches = spread(length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes)
 
         def search(batch: list[int]) -> list[Output]:
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)

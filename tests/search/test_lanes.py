@@ -1,4 +1,5 @@
-"""Lanes: several batches searched at once over one engine give the outputs of one lane, on real sentences."""
+"""Lanes: several batches searched at once over one engine, or one batch cut across them, give the outputs of one
+lane, on real sentences."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.fused import FusedOnnxEngine
-from aiayn.search.translator import SearchSettings, Translator
+from aiayn.search.translator import SearchSettings, Translator, spread
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -26,3 +27,30 @@ def test_two_lanes_over_one_session_give_one_lanes_outputs(
     expected = one.outputs(ids, settings)
     assert two.outputs(ids, settings) == expected  # 15 batches of 8, taken by two lanes
     assert [o.tokens for o in two.outputs(ids[:1], settings)] == [expected[0].tokens]  # one batch, one lane
+
+
+def test_spread_cuts_the_largest_batches_until_every_lane_has_one() -> None:
+    assert spread([[0, 1, 2, 3, 4]], 2) == [[0, 1, 2], [3, 4]]
+    assert spread([[0, 1, 2, 3], [4]], 4) == [[0], [1], [2, 3], [4]]
+    assert spread([[0], [1, 2]], 2) == [[0], [1, 2]]  # already a batch per lane
+    assert spread([[0]], 4) == [[0]]  # one sentence cannot be cut
+    assert spread([], 2) == []
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_one_batch_cut_across_two_lanes_translates_as_one_lane(
+    bundled: dict[str, Path], multi30k_dir: Path, beam: int
+) -> None:
+    """A single batch (the page's, the JSON route's, a short file's) is halved over both lanes: the same outputs,
+    their log-probabilities within float32 rounding (a matrix product's sums depend on the rows beside them)."""
+    folder = ModelFolder.open(bundled["en-de"])
+    with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        sentences = f.read().splitlines()[:128]
+    engine = FusedOnnxEngine.load(folder, threads=1, lanes=2)
+    one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 64, 4096, lanes) for lanes in (1, 2))
+    ids = [one.source_ids(s) for s in sentences]
+    for start in range(0, len(ids), 32):
+        chunk = ids[start : start + 32]
+        expected, got = one.outputs(chunk, SearchSettings(beam)), two.outputs(chunk, SearchSettings(beam))
+        assert [o.tokens for o in got] == [o.tokens for o in expected]
+        assert max(abs(a.log_prob - b.log_prob) for a, b in zip(got, expected, strict=True)) < 1e-4
