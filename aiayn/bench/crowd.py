@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiayn.bench.process import status_mb
 from aiayn.bench.serving import free_port, wait_until_serving
-from aiayn.bench.sessions import resident_mb
 from aiayn.core.folder import ModelFolder
 
 VISITORS = (16, 100, 200, 500)
@@ -198,7 +198,7 @@ async def crowd(
         latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
         1000 * server_cpu / max(len(answered), 1),
         1000 * client_cpu / requests,
-        resident_mb(pid),
+        status_mb("VmRSS", pid),
     )
 
 
@@ -247,7 +247,7 @@ def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] =
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         wait_until_serving(server, f"http://{HOST}:{port}/")
-        rss_ready = resident_mb(server.pid)
+        rss_ready = status_mb("VmRSS", server.pid)
         sample = sentences[:SENTENCES]
         alone = asyncio.run(one_at_a_time(port, sample, direction))
         rows = [asyncio.run(crowd(port, server.pid, n, sample, alone, direction)) for n in visitors]

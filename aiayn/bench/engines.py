@@ -1,4 +1,4 @@
-"""The engines the bench compares, each as one function: (sentences, beam, batch size) → output ids.
+"""The engines the bench compares, each as one function: (sentences, beam, batch size, length) → output ids.
 
 Every engine decodes the same weights: the bench's copy of the model folder
 holds the ONNX graphs (fp32, int8) and a CTranslate2 export made from its
@@ -21,7 +21,8 @@ from aiayn.search.translator import SearchSettings, Translator
 
 THREADS = 2  # the cores the bench compares on: the two-core framing's budget, the training bench's threads
 NO_CACHE = "torch-no-cache"  # the tutorials' decoding: no KV cache, the whole prefix again at every step
-Translate = Callable[[list[str], int, int], list[list[int]]]  # (sentences, beam, batch size) → output ids
+# (sentences, beam, batch size, fixed output length or None) → output ids
+Translate = Callable[[list[str], int, int, int | None], list[list[int]]]
 
 # Our engines by their one name (``aiayn.engines.ENGINES``, what --engine takes and the logs show) and variant:
 # "onnx" the serving graphs built from the weights, what `aiayn serve` runs on a CPU; "onnx-portable" the
@@ -125,11 +126,12 @@ def step_translate(engine: StepModel[Any], folder: ModelFolder, lanes: int) -> T
     """An engine of ours through the one search, batched as the bench asks, ``lanes`` batches at once."""
     translators: dict[int, Translator] = {}
 
-    def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
+    def run(sentences: list[str], beam: int, batch: int, length: int | None) -> list[list[int]]:
         if batch not in translators:
             translators[batch] = Translator(engine, folder.tokenizer, folder.config.max_len, batch, 10**9, lanes)
         translator = translators[batch]
-        return translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam))
+        settings = SearchSettings(beam, min_len=length or 0, max_len=length)
+        return translator.translate_ids([translator.source_ids(s) for s in sentences], settings)
 
     return run
 
@@ -150,13 +152,14 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) 
     vocab = tokenizer.tokenizer.get_vocab()
     never = suppressed(folder.config, tokenizer)
 
-    def run(sentences: list[str], beam: int, batch: int) -> list[list[int]]:
+    def run(sentences: list[str], beam: int, batch: int, length: int | None) -> list[list[int]]:
         results = translator.translate_batch(
             ctranslate2_sources(tokenizer, sentences),
             beam_size=beam,
             max_batch_size=batch,
             length_penalty=0.6,
-            max_decoding_length=256,
+            min_decoding_length=length or 0,
+            max_decoding_length=length or 256,
             suppress_sequences=never,
         )
         return [[vocab[t] for t in r.hypotheses[0]] for r in results]

@@ -19,14 +19,13 @@ import sys
 import urllib.request
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from aiayn.bench.crowd import HOST, Connection, ask_page
+from aiayn.bench.process import status_mb
 from aiayn.bench.serving import free_port, wait_until_serving
-from aiayn.bench.sessions import resident_mb
 
 REQUESTS = 2000
-VISITORS = 8
+VISITORS = 100
 MARKS = (100, 500, 1000, 2000)
 HEATMAP_EVERY, JSON_EVERY, PARAGRAPH_EVERY = 10, 4, 7
 
@@ -37,14 +36,6 @@ class MemoryFigure:
     after_mb: dict[int, float]  # requests done → VmRSS
     peak_mb: float
     errors: int
-
-
-def peak_mb(pid: int) -> float:
-    """A process's peak resident memory so far (VmHWM), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for process {pid}")
 
 
 def heatmap_event(port: int) -> int:
@@ -101,7 +92,7 @@ async def visitor(
             except Exception:  # counted, whatever went wrong
                 state["errors"] += 1
             if number + 1 in MARKS:
-                after[number + 1] = resident_mb(pid)
+                after[number + 1] = status_mb("VmRSS", pid)
     finally:
         connection.close()
 
@@ -115,7 +106,7 @@ def measure_memory(sources: dict[str, list[str]]) -> MemoryFigure:
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         wait_until_serving(server, f"http://{HOST}:{port}/")
-        ready = resident_mb(server.pid)
+        ready = status_mb("VmRSS", server.pid)
         event = heatmap_event(port)
         state = {"next": 0, "errors": 0}
         after: dict[int, float] = {}
@@ -124,7 +115,7 @@ def measure_memory(sources: dict[str, list[str]]) -> MemoryFigure:
             await asyncio.gather(*(visitor(port, server.pid, event, sources, state, after) for _ in range(VISITORS)))
 
         asyncio.run(crowd())
-        return MemoryFigure(ready, dict(sorted(after.items())), peak_mb(server.pid), state["errors"])
+        return MemoryFigure(ready, dict(sorted(after.items())), status_mb("VmHWM", server.pid), state["errors"])
     finally:
         server.terminate()
         server.wait(timeout=30)

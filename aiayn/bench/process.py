@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM; unlike ru_maxrss it does not carry over across exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+def status_mb(field: str, pid: int | str = "self") -> float:
+    """A process's ``VmRSS`` (resident memory now) or ``VmHWM`` (its peak; unlike ru_maxrss it does not carry over
+    across exec), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    raise RuntimeError(f"no {field} for process {pid}")
 
 
 class Worker:

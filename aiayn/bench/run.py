@@ -17,13 +17,14 @@ import json
 import platform
 import statistics
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from aiayn.bench.engines import FRAMINGS, NO_CACHE, THREADS, Framing, prepare
+from aiayn.bench.engines import FRAMINGS, NO_CACHE, THREADS, Framing, Setup, prepare
 from aiayn.bench.process import Worker
 from aiayn.bench.serving import BEAM as SERVING_BEAM
 from aiayn.bench.serving import ServingRound, measure_serving
@@ -113,13 +114,16 @@ def throughputs(runs: list[dict[str, Any]]) -> list[float]:
     return [run["tokens"] / run["seconds"] for run in runs]
 
 
-def ratios(measured: dict[tuple[str, int, int], list[dict[str, Any]]], framings: tuple[Framing, ...]) -> list[Ratio]:
+Measured = dict[tuple[str, int, int], list[dict[str, Any]]]  # (setup, beam, batch) → each round's measurement
+
+
+def ratios(measured: Measured, framings: tuple[Framing, ...], configs: tuple[tuple[int, int], ...]) -> list[Ratio]:
     """Ours against the best of its peers, per configuration: the throughput ratio of every round, as median and
     range; the peer is the one of ``peers`` with the higher median throughput there."""
     out = []
     for framing in framings:
         for ours, peers in framing.comparisons:
-            for beam, batch in CONFIGS:
+            for beam, batch in configs:
                 a = measured.get((ours, beam, batch))
                 runs = {peer: measured[peer, beam, batch] for peer in peers if (peer, beam, batch) in measured}
                 if not a or not runs:
@@ -153,35 +157,58 @@ class BenchResult:
     rounds: int
 
 
+def setups_of(framings: tuple[Framing, ...]) -> list[Setup]:
+    return list(dict.fromkeys(setup for framing in framings for setup in framing.setups))
+
+
+def measure_rounds(
+    folder: Path,
+    setups: list[Setup],
+    rounds: int,
+    configs: tuple[tuple[int, int], ...],
+    request: Callable[[str, int, int], dict[str, Any] | None],
+) -> tuple[Measured, dict[str, dict[str, Any]]]:
+    """Each setup in a process of its own on ``folder``, asked ``request(setup label, beam, batch)`` (None: not
+    this one) in turn, configuration by configuration, round by round; with what each said once loaded."""
+    measured: Measured = {}
+    workers = []
+    try:
+        for s in setups:
+            workers.append(
+                Worker(s.label, "aiayn.bench.worker", str(folder), s.engine, str(s.lanes), str(s.threads), s.device)
+            )
+        for round_ in range(rounds):
+            for beam, batch in configs:
+                for i in range(len(workers)):
+                    worker = workers[(i + round_) % len(workers)]  # a different engine goes first each round
+                    asked = request(worker.name, beam, batch)
+                    if asked is not None:
+                        measured.setdefault((worker.name, beam, batch), []).append(worker.ask(asked))
+    finally:
+        for worker in workers:
+            worker.close()
+    return measured, {worker.name: worker.ready for worker in workers}
+
+
 def run_bench(
     folder: ModelFolder, src: list[str], refs: list[str], plan: Plan = FULL, framings: tuple[Framing, ...] = FRAMINGS
 ) -> BenchResult:
     """Every setup of every framing in its own process, taking turns round by round; the serving row after."""
-    measured: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-    setups = list(dict.fromkeys(setup for framing in framings for setup in framing.setups))
+    setups = setups_of(framings)
+
+    def request(name: str, beam: int, batch: int) -> dict[str, Any]:
+        n = plan.tutorial_sentences if name.startswith(NO_CACHE) else plan.sentences
+        return {"sentences": src[:n], "beam": beam, "batch": batch}
+
     with tempfile.TemporaryDirectory() as tmp:
         gpu = any(s.device == "cuda" for s in setups)
         copy = prepare(folder, Path(tmp) / "model", ("fp32", "fp16") if gpu else ("fp32",))
-        workers = [
-            Worker(s.label, "aiayn.bench.worker", str(copy.path), s.engine, str(s.lanes), str(s.threads), s.device)
-            for s in setups
-        ]
-        try:
-            for round_ in range(plan.rounds):
-                for beam, batch in CONFIGS:
-                    for i in range(len(workers)):
-                        worker = workers[(i + round_) % len(workers)]  # a different engine goes first each round
-                        n = plan.tutorial_sentences if worker.name.startswith(NO_CACHE) else plan.sentences
-                        run = worker.ask({"sentences": src[:n], "beam": beam, "batch": batch})
-                        measured.setdefault((worker.name, beam, batch), []).append(run)
-        finally:
-            for worker in workers:
-                worker.close()
+        measured, _ = measure_rounds(copy.path, setups, plan.rounds, CONFIGS, request)
         serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds)
     rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]
     order = {setup.label: i for i, setup in enumerate(setups)}
     rows.sort(key=lambda r: (order[r.engine], r.search, r.batch))
-    return BenchResult(rows, ratios(measured, framings), serving_summary(serving), plan.rounds)
+    return BenchResult(rows, ratios(measured, framings, CONFIGS), serving_summary(serving), plan.rounds)
 
 
 def format_table(rows: list[Row]) -> str:
@@ -200,16 +227,20 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def report(result: BenchResult, json_path: Path | None) -> str:
-    machine = f"{platform.processor() or platform.machine()}, {THREADS} cores; lanes × intra-op threads per engine"
-    ratio_lines = "\n".join(
+def format_ratios(ratios: list[Ratio]) -> str:
+    return "\n".join(
         f"- {r.framing}: {r.ours} / {r.peer}, {r.search}, batch {r.batch}: {r.median:.2f}× "
         f"(range {r.low:.2f}–{r.high:.2f})"
-        for r in result.ratios
+        for r in ratios
     )
+
+
+def report(result: BenchResult, json_path: Path | None, base: dict[str, Any] | None = None) -> str:
+    """The table, the ratios and the serving row; with ``base`` (the base-size rows as JSON) in the JSON file."""
+    machine = f"{platform.processor() or platform.machine()}, {THREADS} cores; lanes × intra-op threads per engine"
     text = (
         f"{format_table(result.rows)}\n\nThroughput ratios (target tokens/s, ours / peer; median and range over "
-        f"{result.rounds} interleaved rounds; lanes×threads after each name):\n{ratio_lines}"
+        f"{result.rounds} interleaved rounds; lanes×threads after each name):\n{format_ratios(result.ratios)}"
     )
     if result.serving is not None:
         s = result.serving
@@ -240,6 +271,7 @@ def report(result: BenchResult, json_path: Path | None) -> str:
                         for r in result.ratios
                     ],
                     "serving": asdict(result.serving) if result.serving else None,
+                    "base_size": base,
                 },
                 indent=2,
             )

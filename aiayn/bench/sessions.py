@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiayn.bench.process import status_mb
 from aiayn.bench.serving import start_server
 from aiayn.core.folder import ModelFolder
 
@@ -31,14 +32,6 @@ class SessionsFigure:
     @property
     def growth_mb(self) -> float:
         return self.rss_after_mb - self.rss_before_mb
-
-
-def resident_mb(pid: int) -> float:
-    """A process's resident memory now (VmRSS), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
@@ -62,11 +55,11 @@ def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
                     errors += 1
 
         visit(WARMUP)
-        before = resident_mb(server.pid)
+        before = status_mb("VmRSS", server.pid)
         started = time.perf_counter()
         visit(sessions)
         seconds = time.perf_counter() - started
-        return SessionsFigure(sessions, before, resident_mb(server.pid), errors, seconds)
+        return SessionsFigure(sessions, before, status_mb("VmRSS", server.pid), errors, seconds)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.bench.process import answer, peak_rss_mb, requests
+from aiayn.bench.process import answer, requests, status_mb
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 
@@ -184,7 +184,7 @@ def main() -> None:
             step(batch)
         seconds = time.perf_counter() - started
         tokens = sum(int((tgt_out != config.special_tokens.pad).sum()) for _, _, tgt_out in timed)
-        answer({"tokens": tokens, "seconds": seconds, "peak_rss_mb": peak_rss_mb()})
+        answer({"tokens": tokens, "seconds": seconds, "peak_rss_mb": status_mb("VmHWM")})
 
 
 if __name__ == "__main__":

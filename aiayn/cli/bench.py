@@ -70,9 +70,15 @@ def cmd_bench(args: argparse.Namespace) -> None:
                 f"--device cuda: ONNX Runtime cannot run on a GPU here ({reason}); bench on a machine with one"
             )
     corpus = load_split_for(folder, "test_2016_flickr", args.data)
-    framings = (ON_CUDA,) if args.device == "cuda" else FRAMINGS
-    result = run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL, framings)
-    print(report(result, json_path))
+    if args.device == "cuda":
+        print(report(run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL, (ON_CUDA,)), json_path))
+        return
+    from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_json, base_report, run_base_bench
+
+    result = run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL, FRAMINGS)
+    base = run_base_bench(folder, corpus.src, BASE_QUICK if args.quick else BASE_FULL)
+    print(report(result, json_path, base_json(base)))
+    print(f"\n{base_report(base)}")
 
 
 def add_bench(sub: Any) -> None:

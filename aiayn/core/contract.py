@@ -129,9 +129,7 @@ def decoder_spec(config: ModelConfig) -> GraphSpec:
     return GraphSpec(
         DECODER_FILE,
         inputs=(
-            TensorSpec(
-                TGT_IDS, "int64", ("batch", "new_len"), "target ids after the cached ones (first step: `<s>`)"
-            ),
+            TensorSpec(TGT_IDS, "int64", ("batch", "new_len"), "target ids after the cached ones (first step: `<s>`)"),
             TensorSpec(POSITION_OFFSET, "int64", (), "position of the first new token (= past_len)"),
             TensorSpec(
                 SRC_MASK, "bool", ("batch", "src_len"), "true where `src_ids` is a real token (false on padding)"
@@ -176,10 +174,10 @@ def decoder_with_top_k_spec(config: ModelConfig) -> GraphSpec:
     return GraphSpec(spec.file, (*spec.inputs, TOP_K_INPUT), (*spec.outputs, *TOP_K_OUTPUTS))
 
 
-# The CPU serving graphs (``aiayn/engines/onnx/serving_graphs.py``): built from model.safetensors in memory when the
-# engine loads, never written, so ``file`` only names them in messages. Every token is one row; contrib-op masks
-# and lengths are int32. The decoder's rows come in sentence blocks (a sentence's beams): ``sentences`` blocks of
-# ``rows / sentences`` rows, each attending over its sentence's cross keys/values.
+# The CPU serving graphs (``aiayn/engines/onnx/serving_graphs.py``): built from model.safetensors when the engine
+# loads, into a temporary directory gone once the sessions are built, so ``file`` names them in messages. Every
+# token is one row; contrib-op masks and lengths are int32. The decoder's rows come in sentence blocks (a sentence's
+# beams): ``sentences`` blocks of ``rows / sentences`` rows, each attending over its sentence's cross keys/values.
 SERVING_ENCODER, SERVING_DECODER = "serving encoder", "serving decoder"
 
 

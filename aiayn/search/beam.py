@@ -52,11 +52,13 @@ def beam_search_nbest(
     length_penalty: float = 0.6,
     max_len: int | np.ndarray | None = None,
     length_normalization: str = "gnmt",
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Up to ``beam_size`` hypotheses per row of ``src_ids`` (batch, src_len), best first.
 
     ``max_len`` is one limit for all rows or one per row, (batch,); by default the
-    real source length + 50. Done sentences are dropped from the decoder state.
+    real source length + 50. </s> cannot end a hypothesis of fewer than ``min_len`` tokens.
+    Done sentences are dropped from the decoder state.
     """
     if beam_size < 1:
         raise ValueError(f"beam size must be at least 1, got {beam_size}")
@@ -73,7 +75,7 @@ def beam_search_nbest(
     finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) len(finished[s]), kept as an array
     for length in range(1, int(limits.max()) + 1):
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
-        top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k)  # (n * k, kk) each
+        top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k, length > min_len)  # (n * k, kk)
         n, kk = active.size, top_ids.shape[1]
         row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
         candidates = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
@@ -131,7 +133,8 @@ def beam_search(
     length_penalty: float = 0.6,
     max_len: int | np.ndarray | None = None,
     length_normalization: str = "gnmt",
+    min_len: int = 0,
 ) -> list[Output]:
     """The best output per row of ``src_ids`` (batch, src_len), from the n-best (none found: empty, -inf)."""
-    nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len, length_normalization)
+    nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len, length_normalization, min_len)
     return [hyps[0] if hyps else Output([], -np.inf, False) for hyps in nbest]

@@ -23,11 +23,14 @@ def max_lengths(src_ids: np.ndarray, pad_id: int, max_len: int | np.ndarray | No
     return limits
 
 
-def greedy_search(model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.ndarray | None = None) -> list[Output]:
+def greedy_search(
+    model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.ndarray | None = None, min_len: int = 0
+) -> list[Output]:
     """The output of each row of ``src_ids`` (batch, src_len), right-padded, with its log-probability.
 
-    ``max_len`` is one limit for all rows or one per row, (batch,). A sentence that
-    ends is dropped from the decoder state, so it costs nothing while others go on.
+    ``max_len`` is one limit for all rows or one per row, (batch,); </s> cannot end an output of fewer than
+    ``min_len`` tokens. A sentence that ends is dropped from the decoder state, so it costs nothing while others
+    go on.
     """
     batch = src_ids.shape[0]
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
@@ -37,7 +40,7 @@ def greedy_search(model: StepModel[Any], src_ids: np.ndarray, max_len: int | np.
     rows = np.arange(batch)  # the sentence of each state row
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (rows, 1)
     for length in range(1, int(limits.max()) + 1):
-        top_log_probs, best, state = allowed_top(model, state, last, 1)  # (rows, 1) each
+        top_log_probs, best, state = allowed_top(model, state, last, 1, length > min_len)  # (rows, 1) each
         choice = best[:, 0]  # (rows,) ties go to the lower id
         log_probs[rows] += top_log_probs[:, 0]
         for row, token in zip(rows.tolist(), choice.tolist(), strict=True):

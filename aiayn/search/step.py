@@ -84,13 +84,14 @@ def tie_aware_columns(scores: np.ndarray, threshold: np.ndarray, m: int) -> np.n
 
 
 def allowed_top(
-    model: StepModel[State], state: State, tgt_ids: np.ndarray, k: int
+    model: StepModel[State], state: State, tgt_ids: np.ndarray, k: int, end_allowed: bool = True
 ) -> tuple[np.ndarray, np.ndarray, State]:
-    """``model.step_top`` without the ids the model never generates: each row's ``k`` best of the others.
+    """``model.step_top`` without the ids the model never generates (and without </s> unless ``end_allowed``: an
+    output shorter than its minimum): each row's ``k`` best of the others.
 
     As Hugging Face's ``bad_words_ids`` do, the banned tokens are left out after the log-softmax, so the
     others' log-probabilities stay as the model gave them (not renormalised)."""
-    banned = model.never_generate
+    banned = model.never_generate if end_allowed else (*model.never_generate, model.eos_id)
     if not banned:
         return model.step_top(state, tgt_ids, k)
     log_probs, ids, state = model.step_top(state, tgt_ids, k + len(banned))  # (rows, ≤ k + banned) each

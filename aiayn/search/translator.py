@@ -34,12 +34,16 @@ class TextCodec(Protocol):
 @dataclass(frozen=True)
 class SearchSettings:
     """§6.1: beam 4, length penalty α = 0.6, output at most input length + 50. Beam 1 is greedy.
-    An imported checkpoint brings its own beam and normalisation (``power``: Hugging Face's |Y|^α)."""
+    An imported checkpoint brings its own beam and normalisation (``power``: Hugging Face's |Y|^α).
+    ``min_len`` and ``max_len`` bound every output whatever its input (CTranslate2's min_decoding_length and
+    max_decoding_length); equal, they fix its length, as the bench's random base-size model needs."""
 
     beam_size: int = 4
     length_penalty: float = 0.6
     max_extra_len: int = EXTRA_LEN
     length_normalization: str = "gnmt"  # one of beam.LENGTH_NORMALIZATIONS
+    min_len: int = 0
+    max_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -50,6 +54,10 @@ class SearchSettings:
             )
         if self.max_extra_len < 1:
             raise ValueError(f"max_extra_len must be at least 1, got {self.max_extra_len}")
+        if self.min_len < 0:
+            raise ValueError(f"min_len must be at least 0, got {self.min_len}")
+        if self.max_len is not None and self.max_len < max(1, self.min_len):
+            raise ValueError(f"max_len must be at least 1 and at least min_len ({self.min_len}), got {self.max_len}")
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
@@ -140,15 +148,18 @@ class Translator:
         def search(batch: list[int]) -> list[Output]:
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)
             max_len = (padded != self.engine.pad_id).sum(axis=1) + settings.max_extra_len  # (batch,)
+            if settings.max_len is not None:
+                max_len = np.minimum(max_len, settings.max_len)
             if settings.beam_size == 1:
-                return greedy_search(self.engine, padded, max_len=max_len)
+                return greedy_search(self.engine, padded, max_len, settings.min_len)
             return beam_search(
                 self.engine,
                 padded,
                 settings.beam_size,
                 settings.length_penalty,
-                max_len=max_len,
-                length_normalization=settings.length_normalization,
+                max_len,
+                settings.length_normalization,
+                settings.min_len,
             )
 
         searched = map(search, batches) if self.pool is None else self.pool.map(search, batches)

@@ -127,8 +127,8 @@ def test_the_built_graphs_follow_their_declarations(engines: Engines) -> None:
     """The builder and the binding read one declaration (``core/contract.py``); the engine checks it on load."""
     _, ours = engines
     encoder, decoder = serving_encoder_spec(ours.config), serving_decoder_spec(ours.config)
-    for session, spec in ((ours.encoder, encoder), (ours.decoder, decoder), (ours.small_decoder, decoder)):
-        assert session is not None and graph_problems(session, spec) == []
+    for session, spec in ((ours.encoder, encoder), (ours.decoder, decoder)):
+        assert graph_problems(session, spec) == []
     renamed = replace(encoder, outputs=(replace(encoder.outputs[0], name="memory"),))
     with pytest.raises(ValueError, match="serving encoder that aiayn built .* outputs are \\['cross_kv'\\]"):
         check_built_graph(ours.encoder, renamed)
@@ -181,10 +181,10 @@ def test_two_stage_top_k_is_exact() -> None:
         {"norm_first": True, "n_encoder_layers": 1, "n_decoder_layers": 3, "d_ff": 48},
     ],
 )
-def test_random_models_against_torch(changes: dict[str, object]) -> None:
+def test_random_models_against_torch(changes: dict[str, object], tmp_path: Path) -> None:
     """Tiny random models (the torch reference builds them; the engine sees only their weights as NumPy)."""
     torch = pytest.importorskip("torch")
-    from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
+    from aiayn.engines.onnx.serving_graphs import build_serving_graphs
     from aiayn.engines.pytorch import TorchEngine
     from aiayn.model.transformer import Transformer
 
@@ -197,9 +197,8 @@ def test_random_models_against_torch(changes: dict[str, object]) -> None:
             if param.dim() == 1:
                 param.add_(torch.randn_like(param) * 0.1)
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    encoder, decoder = build_serving_graphs(config, weights)
-    small = build_decoder(config, weights, block_top_k=False)
-    ours = FusedOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1, small_decoder=small)
+    encoder, decoder = build_serving_graphs(config, weights, tmp_path)
+    ours = FusedOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1)
     ref = TorchEngine(model)
     for batch in (1, 9):
         src = random_sources(np.random.default_rng(batch), batch, config.vocab_size)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -285,3 +285,51 @@ def test_bad_settings_are_refused() -> None:
         beam_search(model, source(3), beam_size=0)
     with pytest.raises(ValueError, match="max_len"):
         greedy_search(model, source(3), max_len=0)
+
+
+class EndsAtOnce(ToyModel):
+    """A model whose best next token is always </s>: every output is empty unless </s> is held back."""
+
+    def step(self, state: ToyState, tgt_ids: np.ndarray) -> tuple[np.ndarray, ToyState]:
+        log_probs, state = super().step(state, tgt_ids)
+        log_probs[:, EOS] = 0.0
+        return log_probs, state
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_len_holds_eos_back_until_the_output_is_that_long(beam: int) -> None:
+    model = EndsAtOnce(ToyModel.random(vocab=7, seed=0).table)
+    src = np.array([[4, 5, EOS], [4, EOS, PAD]])
+
+    def search(max_len: int, min_len: int) -> list[Output]:
+        if beam == 1:
+            return greedy_search(model, src, max_len, min_len)
+        return beam_search(model, src, beam, max_len=max_len, min_len=min_len)
+
+    assert [len(o.tokens) for o in search(20, 0)] == [0, 0]
+    for min_len in (1, 4):
+        outputs = search(20, min_len)
+        assert [len(o.tokens) for o in outputs] == [min_len, min_len] and all(o.ended for o in outputs)
+    fixed = search(6, 6)  # equal bounds: a fixed length, cut there
+    assert [len(o.tokens) for o in fixed] == [6, 6] and not any(o.ended for o in fixed)
+
+
+def test_search_settings_bound_every_output_whatever_its_input() -> None:
+    from aiayn.search.translator import SearchSettings, Translator
+
+    class Codec:
+        def encode_source(self, text: str) -> list[int]:
+            return [3 + len(word) % 4 for word in text.split()] + [EOS]
+
+        def decode(self, ids: Sequence[int]) -> str:
+            return " ".join(map(str, ids))
+
+    translator = Translator(NeverEnds(ToyModel.random(vocab=7, seed=1).table), Codec(), 100)
+    sources = [translator.source_ids(text) for text in ("a bb ccc", "dddd", "e f g h i j k")]
+    for beam in (1, 3):
+        lengths = [len(ids) for ids in translator.translate_ids(sources, SearchSettings(beam, max_len=5))]
+        assert lengths == [5, 5, 5]
+    with pytest.raises(ValueError, match="min_len"):
+        SearchSettings(min_len=-1)
+    with pytest.raises(ValueError, match="max_len must be at least 1 and at least min_len"):
+        SearchSettings(min_len=4, max_len=3)

@@ -37,7 +37,7 @@ from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, default_cores
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
-from aiayn.engines.onnx.serving_graphs import build_decoder, build_serving_graphs
+from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
@@ -45,7 +45,6 @@ from aiayn.search.greedy import EXTRA_LEN
 # batch 32; thresholds 0.25–0.9 were within noise).
 COMPACT_BELOW = 0.5
 INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
-BLOCK_TOP_K_ROWS = 8  # from this many rows the two-stage TopK decoder is faster; below it, plain TopK
 
 
 def ortvalue(array: np.ndarray) -> ort.OrtValue:
@@ -65,7 +64,6 @@ class Batch:
     cache: np.ndarray | None = None  # (2 · layers, sentences · group, heads, capacity, d_head), from the first step
     past_len: int = 0
     version: int = 0  # bumped by every step/select: a state of an older version is consumed
-    session: ort.InferenceSession | None = None  # the decoder session the arrays are bound to
     binding: ort.IOBinding | None = None
     bound_k: int = 0  # the k the output arrays are bound for
     # Small per-step inputs, bound once and written in place: (rows,) ids and lengths, scalars.
@@ -112,14 +110,12 @@ class FusedOnnxEngine:
         self,
         folder: ModelFolder,
         config: ModelConfig,
-        encoder: bytes,
-        decoder: bytes,
+        encoder: Path | bytes,
+        decoder: Path | bytes,
         threads: int = 2,
-        small_decoder: bytes | None = None,
         lanes: int = 1,
     ) -> None:
-        """``decoder`` serves every batch, or only those of ``BLOCK_TOP_K_ROWS`` rows and more if a
-        ``small_decoder`` (the same graph with a plain TopK head) is given for the smaller ones."""
+        """Sessions of the serving graphs ``encoder`` and ``decoder`` (files, or serialized graphs)."""
         self.folder, self.config = folder, config
         self.provider = CPU
         self.threads, self.lanes = threads, lanes
@@ -133,10 +129,8 @@ class FusedOnnxEngine:
         )
         self.encoder = open_session(encoder, [CPU], threads)
         self.decoder = open_session(decoder, [CPU], threads)
-        self.small_decoder = open_session(small_decoder, [CPU], threads) if small_decoder else None
         check_built_graph(self.encoder, contract.serving_encoder_spec(config))
-        for session in (self.decoder, self.small_decoder) if self.small_decoder else (self.decoder,):
-            check_built_graph(session, contract.serving_decoder_spec(config))
+        check_built_graph(self.decoder, contract.serving_decoder_spec(config))
 
     @classmethod
     def load(
@@ -151,15 +145,16 @@ class FusedOnnxEngine:
         ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         threads = threads or default_cores()
-        config = folder.config
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
-        weights = {k: v.astype(np.float32) for k, v in load_file(str(folder.weights_file)).items()}
-        encoder, decoder = build_serving_graphs(config, weights, str(folder.weights_file))
-        small = build_decoder(config, weights, block_top_k=False)
-        if int8:
-            encoder, decoder, small = (quantize_int8(graph, INT8_OPS) for graph in (encoder, decoder, small))
-        return cls(folder, config, encoder, decoder, threads, small, lanes)
+        weights = load_file(str(folder.weights_file))  # fp16: each tensor becomes fp32 as its graph takes it
+        with graphs_directory() as directory:
+            encoder, decoder = build_serving_graphs(folder.config, weights, directory, str(folder.weights_file))
+            del weights
+            if int8:
+                int8_encoder, int8_decoder = quantize_int8(encoder, INT8_OPS), quantize_int8(decoder, INT8_OPS)
+                return cls(folder, folder.config, int8_encoder, int8_decoder, threads, lanes)
+            return cls(folder, folder.config, encoder, decoder, threads, lanes)
 
     # -- encoder -----------------------------------------------------------------------------------------
 
@@ -191,9 +186,7 @@ class FusedOnnxEngine:
         if batch.ids.shape[0] != rows:
             batch.ids = np.full(rows, self.eos_id, np.int64)
             batch.seqlens = np.zeros(rows, np.int32)
-        session = self.small_decoder if self.small_decoder is not None and rows < BLOCK_TOP_K_ROWS else self.decoder
-        binding = session.io_binding()
-        batch.session = session
+        binding = self.decoder.io_binding()
         keep = []
 
         def bind_input(name: str, array: np.ndarray) -> ort.OrtValue:
@@ -254,7 +247,7 @@ class FusedOnnxEngine:
         if batch.bound_k != k:
             self.bind_outputs(batch, k)
         for column in range(tgt_ids.shape[1]):
-            assert batch.cache is not None and batch.binding is not None and batch.session is not None
+            assert batch.cache is not None and batch.binding is not None
             if batch.past_len + 1 > batch.cache.shape[3]:
                 self.grow(batch)
                 self.bind_outputs(batch, k)
@@ -264,7 +257,7 @@ class FusedOnnxEngine:
                 batch.ids[state.rows] = tgt_ids[:, column]  # other rows (finished sentences) run on, unread
             batch.seqlens.fill(batch.past_len)
             batch.total_len.fill(batch.past_len + 1)
-            batch.session.run_with_iobinding(batch.binding)
+            self.decoder.run_with_iobinding(batch.binding)
             batch.past_len += 1
         outputs = tuple(out.copy() if state.identity else out[state.rows] for out in batch.outputs)
         return outputs, FusedState(batch, state.rows, batch.version, state.identity)

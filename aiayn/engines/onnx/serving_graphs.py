@@ -34,8 +34,11 @@ allowed: every source holds at least </s>).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +52,8 @@ from aiayn.core.contract import (
     IR_VERSION,
     OPSET,
     SEQLENS_K,
+    SERVING_DECODER,
+    SERVING_ENCODER,
     SRC_IDS,
     SRC_MASK,
     TGT_IDS,
@@ -86,6 +91,9 @@ from aiayn.core.weight_spec import (
 )
 
 MS_DOMAIN = "com.microsoft"
+EXTERNAL_MIN_BYTES = 4096  # constants from this size on are external data (ONNX Runtime wants ≥ 128 bytes)
+EXTERNAL_ALIGNMENT = 4096
+WEIGHTS_FILE = "weights.bin"
 POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
 Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
 
@@ -101,11 +109,40 @@ def sinusoidal_table(length: int, d_model: int, layout: str) -> np.ndarray:
     return np.stack((sin, cos), axis=-1).reshape(length, d_model)
 
 
-class GraphBuilder:
-    """Nodes, initializers and unique names for one graph."""
+class ExternalWeights:
+    """The graphs' large constants, written to one file beside them as they are made (ONNX external data).
 
-    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+    A graph that carried its weights inline would exist three times over while a session is built (the
+    protobuf, its serialized bytes, ONNX Runtime's parsed copy) next to the session's own; from a file, ONNX
+    Runtime reads each tensor straight into the session (base size: peak 996 → 419 MiB; docs/speed.md, Memory).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = path.open("wb")
+
+    def reference(self, name: str, value: np.ndarray) -> onnx.TensorProto:
+        """``value`` appended to the file (at a page-aligned offset); the initializer that points there."""
+        offset = -(-self.file.tell() // EXTERNAL_ALIGNMENT) * EXTERNAL_ALIGNMENT
+        self.file.seek(offset)
+        self.file.write(value.tobytes())
+        tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype))
+        tensor.dims.extend(value.shape)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, text in (("location", self.path.name), ("offset", offset), ("length", value.nbytes)):
+            tensor.external_data.add(key=key, value=str(text))
+        return tensor
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class GraphBuilder:
+    """Nodes, initializers and unique names for one graph; large constants go to ``external`` if given."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], external: ExternalWeights | None = None) -> None:
         self.weights = weights
+        self.external = external
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.counter = 0
@@ -115,7 +152,11 @@ class GraphBuilder:
         return f"{hint}_{self.counter}"
 
     def const(self, name: str, value: np.ndarray) -> str:
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        value = np.ascontiguousarray(value)
+        if self.external is not None and value.nbytes >= EXTERNAL_MIN_BYTES:
+            self.initializers.append(self.external.reference(name, value))
+        else:  # shapes and scalars stay inline: ONNX Runtime's shape inference reads them
+            self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
     def weight(self, name: str) -> np.ndarray:
@@ -235,10 +276,12 @@ def two_stage_top_k(g: GraphBuilder, scores: str, k: str, block: int, vocab: int
     g.nodes.append(helper.make_node("Identity", [ids], [outputs[1]], name="top_ids"))
 
 
-def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
+def build_encoder(
+    config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights | None = None
+) -> bytes:
     """src_ids (batch, src_len) int64 and src_mask (batch, src_len) int32 →
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
-    g = GraphBuilder(weights)
+    g = GraphBuilder(weights, external)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
     emb, table = g.inputs(config)
     shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
@@ -288,15 +331,17 @@ def build_encoder(config: ModelConfig, weights: dict[str, np.ndarray]) -> bytes:
     return g.model(serving_encoder_spec(config))
 
 
-def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top_k: bool = True) -> bytes:
-    """One new token per row after ``seqlens_k`` cached ones → its ``k`` best next tokens (log-softmax, then TopK:
-    over the best blocks of the vocabulary if ``block_top_k``, see ``two_stage_top_k``; else plain).
+def build_decoder(
+    config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights | None = None
+) -> bytes:
+    """One new token per row after ``seqlens_k`` cached ones → its ``k`` best next tokens (log-softmax, then TopK
+    over the best blocks of the vocabulary, ``two_stage_top_k``, where the vocabulary divides into blocks).
 
     The cache buffers ``cache_*`` (rows, heads, capacity, d_head) come back as ``present_*`` of the same
     shape: bind one buffer to both and GroupQueryAttention appends in place. Rows are grouped by sentence
     (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and ``src_mask``.
     """
-    g = GraphBuilder(weights)
+    g = GraphBuilder(weights, external)
     d, heads = config.d_model, config.n_heads
     emb, table = g.inputs(config)
     tokens = g.op1("Gather", [emb, TGT_IDS], "tok")  # (rows, d)
@@ -346,17 +391,41 @@ def build_decoder(config: ModelConfig, weights: dict[str, np.ndarray], block_top
     if config.logits_bias:  # Marian's final_logits_bias; ORT fuses the Add into the MatMul's Gemm
         logits = g.op1("Add", [logits, g.const("logits_bias", g.weight(LOGITS_BIAS))], "biased")
     log_probs = g.op1("LogSoftmax", [logits], "log_probs", axis=-1)
-    if block_top_k and (block := block_size(config.vocab_size)):
+    if block := block_size(config.vocab_size):
         two_stage_top_k(g, log_probs, TOP_K, block, config.vocab_size, [TOP_LOG_PROBS, TOP_IDS])
     else:
         g.nodes.append(helper.make_node("TopK", [log_probs, TOP_K], [TOP_LOG_PROBS, TOP_IDS], name="top_k", axis=-1))
     return g.model(serving_decoder_spec(config))
 
 
+@contextmanager
+def graphs_directory() -> Iterator[Path]:
+    """A temporary directory for the serving graphs while their sessions are built (the sessions keep nothing of
+    it); a write that fails says where, and how to make room."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="aiayn-graphs-") as name:
+            yield Path(name)
+    except OSError as err:
+        raise ValueError(
+            f"cannot write the serving graphs to {tempfile.gettempdir()} ({err.strerror or err}): "
+            "free some space there, or point TMPDIR at a directory with room"
+        ) from None
+
+
 def build_serving_graphs(
-    config: ModelConfig, weights: dict[str, np.ndarray], source: str = "the weights"
-) -> tuple[bytes, bytes]:
-    """(encoder, decoder) serialized ModelProtos for ``config`` and its weights (any float dtype; fp32 inside),
-    which must follow the weights' spec (``source`` names them if they do not)."""
+    config: ModelConfig, weights: Mapping[str, np.ndarray], directory: Path, source: str = "the weights"
+) -> tuple[Path, Path]:
+    """The encoder and decoder graphs for ``config`` and its weights (any float dtype; fp32 inside), written to
+    ``directory`` with their weights in one external-data file beside them; the weights must follow the
+    weights' spec (``source`` names them if they do not)."""
     check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
-    return build_encoder(config, weights), build_decoder(config, weights)
+    external = ExternalWeights(directory / WEIGHTS_FILE)
+    try:
+        graphs = {SERVING_ENCODER: build_encoder(config, weights, external)}
+        graphs[SERVING_DECODER] = build_decoder(config, weights, external)
+    finally:
+        external.close()
+    paths = {name: directory / f"{name.replace(' ', '_')}.onnx" for name in graphs}
+    for name, graph in graphs.items():
+        paths[name].write_bytes(graph)
+    return paths[SERVING_ENCODER], paths[SERVING_DECODER]

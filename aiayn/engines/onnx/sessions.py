@@ -97,9 +97,9 @@ def open_session(
 ) -> ort.InferenceSession:
     """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix.
 
-    ``model`` is a file or a serialized graph; ``path`` names the file a serialized graph came from.
+    ``model`` is a file or a serialized graph; ``path`` names the model folder's file it came from, if any (else
+    aiayn built it).
     """
-    path = model if isinstance(model, Path) else path
     try:
         return inference_session(model, session_options(threads, log_severity), providers)
     except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
