@@ -20,6 +20,7 @@ from aiayn.bench.engines import THREADS, Framing, Setup
 from aiayn.bench.run import Measured, Ratio, format_ratios, measure_rounds, ratios, search_name, setups_of
 from aiayn.core.config import PRESETS, ModelConfig
 from aiayn.core.folder import ModelFolder
+from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.engines import ONNX
 
 OURS, PEER = f"{ONNX} fp32", "ctranslate2 fp32"
@@ -76,23 +77,28 @@ class BaseResult:
 
 
 def base_folder(folder: ModelFolder, path: Path, preset: ModelConfig = PRESETS["base"]) -> ModelFolder:
-    """A model folder at ``preset``'s size with ``folder``'s tokenizer and seeded random weights (as initialised
-    for training), exported for CTranslate2."""
+    """A model folder of ``preset``'s size (Table 3's vocabulary of 37 000 included) with seeded random weights
+    (as initialised for training), exported for CTranslate2. Its tokenizer is ``folder``'s, with placeholder
+    tokens added up to the preset's vocabulary: sources tokenize as they would for ``folder``'s model."""
     import torch
+    from tokenizers import AddedToken, Tokenizer
 
     from aiayn.export.ctranslate2 import export_ctranslate2
     from aiayn.model.transformer import Transformer
     from aiayn.model.weights import save_weights
 
     own = folder.config
+    tokenizer = Tokenizer.from_str(folder.tokenizer.tokenizer.to_str())
+    placeholders = range(tokenizer.get_vocab_size(), preset.vocab_size)
+    tokenizer.add_tokens([AddedToken(f"<base-size-{i}>", normalized=False) for i in placeholders])
     config = preset.replace(
-        vocab_size=own.vocab_size,
+        vocab_size=tokenizer.get_vocab_size(),
         special_tokens=own.special_tokens,
         never_generate=own.never_generate,
         src_lang=own.src_lang,
         tgt_lang=own.tgt_lang,
     )
-    base = ModelFolder.create(path, config, folder)
+    base = ModelFolder.create(path, config, SubwordTokenizer(tokenizer))
     torch.manual_seed(SEED)
     model = Transformer(config).eval()
     save_weights(model, base)
