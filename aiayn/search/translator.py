@@ -2,7 +2,7 @@
 
 Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
 releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
-thread. Fewer batches than lanes are cut until each lane has one (``spread``): a sentence's search does not
+thread. A batch larger than its lanes' share of the sentences is cut (``spread``): a sentence's search does not
 depend on the sentences batched with it, so the outputs do not depend on the number of lanes.
 """
 
@@ -85,11 +85,12 @@ def length_batches(lengths: Sequence[int], max_sentences: int, max_tokens: int) 
 
 
 def spread(batches: list[list[int]], lanes: int) -> list[list[int]]:
-    """``batches`` cut until every lane has one: the largest is halved (its two halves stay similar in length)
-    while there are fewer batches than lanes and one holds more than a sentence. A sentence's search does not
-    depend on its batch, so the outputs stay the same; only a single batch no longer leaves cores idle."""
+    """``batches`` cut until none holds more than its lanes' share, ⌈sentences / lanes⌉: the largest is halved (its
+    two halves stay similar in length). A sentence's search does not depend on its batch, so the outputs stay the
+    same; only the cores no longer wait on one large batch (a single one, or a full one beside a short one)."""
     batches = list(batches)
-    while len(batches) < lanes and (largest := max(batches, key=len, default=[])) and len(largest) > 1:
+    share = max(1, -(-sum(map(len, batches)) // lanes))
+    while (largest := max(batches, key=len, default=[])) and len(largest) > share:
         at = batches.index(largest)
         half = (len(largest) + 1) // 2
         batches[at : at + 1] = [largest[:half], largest[half:]]
