@@ -2,7 +2,7 @@
 
 Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
 releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
-thread. A batch larger than its lanes' share of the sentences is cut (``spread``): a sentence's search does not
+thread. A large batch is cut where that lightens the busiest lane (``spread``): a sentence's search does not
 depend on the sentences batched with it, so the outputs do not depend on the number of lanes.
 """
 
@@ -84,16 +84,26 @@ def length_batches(lengths: Sequence[int], max_sentences: int, max_tokens: int) 
     return batches
 
 
+def busiest_lane(batches: list[list[int]], lanes: int) -> int:
+    """The sentences of the busiest lane when the pool hands ``batches`` out in order, each to the lane free first."""
+    loads = [0] * lanes
+    for batch in batches:
+        loads[loads.index(min(loads))] += len(batch)
+    return max(loads)
+
+
 def spread(batches: list[list[int]], lanes: int) -> list[list[int]]:
-    """``batches`` cut until none holds more than its lanes' share, ⌈sentences / lanes⌉: the largest is halved (its
-    two halves stay similar in length). A sentence's search does not depend on its batch, so the outputs stay the
-    same; only the cores no longer wait on one large batch (a single one, or a full one beside a short one)."""
+    """``batches`` with the largest halved (its two halves stay similar in length) for as long as that lightens the
+    busiest lane: a single batch, or a full one beside a short one, no longer leaves a core waiting, while batches
+    that already keep every lane busy stay whole. A sentence's search does not depend on its batch, so the outputs
+    stay the same."""
     batches = list(batches)
-    share = max(1, -(-sum(map(len, batches)) // lanes))
-    while (largest := max(batches, key=len, default=[])) and len(largest) > share:
-        at = batches.index(largest)
-        half = (len(largest) + 1) // 2
-        batches[at : at + 1] = [largest[:half], largest[half:]]
+    while (largest := max(batches, key=len, default=[])) and len(largest) > 1:
+        at, half = batches.index(largest), (len(largest) + 1) // 2
+        cut = [*batches[:at], largest[:half], largest[half:], *batches[at + 1 :]]
+        if busiest_lane(cut, lanes) >= busiest_lane(batches, lanes):
+            return batches
+        batches = cut
     return batches
 
 
