@@ -7,6 +7,8 @@ log-probabilities within 1e-4; real sentences must translate identically.
 
 from __future__ import annotations
 
+import errno
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.fused import FusedOnnxEngine
-from aiayn.engines.onnx.serving_graphs import GraphBuilder, two_stage_top_k
+from aiayn.engines.onnx.serving_graphs import ExternalWeights, GraphBuilder, two_stage_top_k
 from aiayn.engines.onnx.sessions import check_built_graph, graph_problems
 from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
@@ -132,6 +134,25 @@ def test_the_built_graphs_follow_their_declarations(engines: Engines) -> None:
     renamed = replace(encoder, outputs=(replace(encoder.outputs[0], name="memory"),))
     with pytest.raises(ValueError, match="serving encoder that aiayn built .* outputs are \\['cross_kv'\\]"):
         check_built_graph(ours.encoder, renamed)
+
+
+def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serving graphs are written to a temporary directory only while the sessions are built."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    FusedOnnxEngine.load(model_dir, threads=1)
+    assert list(tmp_path.iterdir()) == []
+
+    def no_space(self: ExternalWeights, name: str, value: np.ndarray) -> onnx.TensorProto:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ExternalWeights, "reference", no_space)
+    message = f"cannot write the serving graphs to {tmp_path} .No space left on device.*TMPDIR"
+    with pytest.raises(ValueError, match=message):
+        FusedOnnxEngine.load(model_dir, threads=1)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
