@@ -189,7 +189,7 @@ def base_report(result: BaseResult) -> str:
 
 def base_json(result: BaseResult) -> dict[str, Any]:
     return {
-        "config": {k: v for k, v in asdict(result.config).items() if k != "special_tokens"},
+        "config": result.config.to_dict(),
         "plan": asdict(result.plan),
         "rows": [asdict(r) for r in result.rows],
         "ratios": [asdict(r) for r in result.ratios],

@@ -97,13 +97,13 @@ def spread(batches: list[list[int]], lanes: int) -> list[list[int]]:
     busiest lane: a single batch, or a full one beside a short one, no longer leaves a core waiting, while batches
     that already keep every lane busy stay whole. A sentence's search does not depend on its batch, so the outputs
     stay the same."""
-    batches = list(batches)
+    batches, busiest = list(batches), busiest_lane(batches, lanes)
     while (largest := max(batches, key=len, default=[])) and len(largest) > 1:
         at, half = batches.index(largest), (len(largest) + 1) // 2
         cut = [*batches[:at], largest[:half], largest[half:], *batches[at + 1 :]]
-        if busiest_lane(cut, lanes) >= busiest_lane(batches, lanes):
-            return batches
-        batches = cut
+        if (cut_busiest := busiest_lane(cut, lanes)) >= busiest:
+            break
+        batches, busiest = cut, cut_busiest
     return batches
 
 

@@ -17,10 +17,9 @@ PER_CHANNEL = True
 FLOAT = 1  # onnx.TensorProto.FLOAT (the serve path has no onnx package)
 
 
-def quantize_int8(model: Path | bytes, op_types: Sequence[str] | None = None, pre_process: bool = False) -> bytes:
-    """The graph ``model`` (a file, whose external data lies beside it, or a serialized graph) with int8 weights of
-    ``op_types`` (default: every op ONNX Runtime quantizes, MatMul and Gather among them),
-    one scale per output channel.
+def quantize_int8(model: Path, op_types: Sequence[str] | None = None, pre_process: bool = False) -> bytes:
+    """The graph file ``model`` (its external data, if any, beside it) with int8 weights of ``op_types`` (default:
+    every op ONNX Runtime quantizes, MatMul and Gather among them), one scale per output channel.
 
     ``pre_process`` runs ONNX Runtime's pre-processing first (shape inference, constant folding), as its docs
     advise for the exported graphs: the quantizer only takes weights that are initializers, and there the output
@@ -32,12 +31,7 @@ def quantize_int8(model: Path | bytes, op_types: Sequence[str] | None = None, pr
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     with tempfile.TemporaryDirectory() as tmp:
-        prepared, target = Path(tmp) / "prepared.onnx", Path(tmp) / "int8.onnx"
-        if isinstance(model, bytes):
-            source = Path(tmp) / "fp32.onnx"
-            source.write_bytes(model)
-        else:
-            source = model
+        source, prepared, target = model, Path(tmp) / "prepared.onnx", Path(tmp) / "int8.onnx"
         if pre_process:
             quant_pre_process(str(source), str(prepared))
             source = prepared

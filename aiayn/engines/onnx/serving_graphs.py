@@ -139,9 +139,9 @@ class ExternalWeights:
 
 
 class GraphBuilder:
-    """Nodes, initializers and unique names for one graph; large constants go to ``external`` if given."""
+    """Nodes, initializers and unique names for one graph; its large constants go to ``external``."""
 
-    def __init__(self, weights: Mapping[str, np.ndarray], external: ExternalWeights | None = None) -> None:
+    def __init__(self, weights: Mapping[str, np.ndarray], external: ExternalWeights) -> None:
         self.weights = weights
         self.external = external
         self.nodes: list[onnx.NodeProto] = []
@@ -154,7 +154,7 @@ class GraphBuilder:
 
     def const(self, name: str, value: np.ndarray) -> str:
         value = np.ascontiguousarray(value)
-        if self.external is not None and value.nbytes >= EXTERNAL_MIN_BYTES:
+        if value.nbytes >= EXTERNAL_MIN_BYTES:
             self.initializers.append(self.external.reference(name, value))
         else:  # shapes and scalars stay inline: ONNX Runtime's shape inference reads them
             self.initializers.append(numpy_helper.from_array(value, name))
