@@ -88,7 +88,7 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def imports(source: str, package: str) -> Iterator[tuple[str, bool]]:
+def imports(source: str) -> Iterator[tuple[str, bool]]:
     """(absolute module name, imported where the module loads) for every import in ``source``; an import inside a
     function runs only when that function does. ``from a import b`` names ``a.b`` too where that is a module."""
 
@@ -96,11 +96,8 @@ def imports(source: str, package: str) -> Iterator[tuple[str, bool]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Import):
                 yield from ((alias.name, at_load) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
+            elif isinstance(child, ast.ImportFrom):  # absolute, as every import of the package is written
                 base = child.module or ""
-                if child.level:  # relative: from the module's package
-                    parent = package.rsplit(".", child.level - 1)[0] if child.level > 1 else package
-                    base = f"{parent}.{base}".rstrip(".")
                 yield base, at_load
                 yield from (
                     (f"{base}.{alias.name}", at_load) for alias in child.names if module_file(f"{base}.{alias.name}")
@@ -127,8 +124,7 @@ class ImportWalk:
     def imports_of(self, name: str) -> list[tuple[str, bool]]:
         path = module_file(name)
         assert path is not None, name
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        return list(imports(path.read_text(encoding="utf-8"), package))
+        return list(imports(path.read_text(encoding="utf-8")))
 
     def loads(self, name: str) -> set[str]:
         """Every module that importing ``name`` imports, ours and third-party (the roots of their names)."""
@@ -150,7 +146,7 @@ class ImportWalk:
         """(our modules the script reaches, sorted; the third-party top-level modules they import where they load).
         A module that needs torch where it loads is not followed: it runs only on an install with torch."""
         ours: set[str] = set()
-        todo = [n for n, _ in imports(script, "")]
+        todo = [n for n, _ in imports(script)]
         while todo:
             name = todo.pop()
             if name.split(".")[0] != PACKAGE or name in ours or NEEDS_TORCH in self.loads(name):
@@ -216,6 +212,7 @@ def space_readme(folder: ModelFolder, device: str) -> str:
         "app_file: app.py",
         "pinned: false",
         *([f"license: {imported['license']}"] if imported.get("license") else []),
+        *([f"models:\n  - {imported['from']}"] if imported.get("hub") else []),  # the Hub links the two
         *([f"suggested_hardware: {GPU_FLAVOR}"] if device == "cuda" else []),
     ]
     return (

@@ -131,6 +131,21 @@ def test_refusals_are_one_line(tiny_folder: Path, tmp_path: Path, capsys: pytest
     assert len(error.strip().splitlines()) == 1 and "encoder.onnx" in error
 
 
+def test_an_imported_folder_names_its_checkpoint_and_licence(tiny_folder: Path, tmp_path: Path) -> None:
+    """From its ``imported`` section: the front matter's licence and model link, the README's and page's line."""
+    folder = tmp_path / "opus"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (folder / name).write_bytes((tiny_folder / name).read_bytes())
+    imported = {"from": "Org/opus-mt-en-de", "hub": True, "license": "cc-by-4.0"}
+    ModelFolder.open(folder).write_section("imported", imported)
+    space = export(str(folder), tmp_path / "space")
+    card = (space / "README.md").read_text()
+    assert "\nlicense: cc-by-4.0\nmodels:\n  - Org/opus-mt-en-de\n---\n" in card
+    assert "imported from Org/opus-mt-en-de (licence cc-by-4.0)" in card
+    assert "imported from Org/opus-mt-en-de (licence cc-by-4.0)" in (space / "app.py").read_text()
+
+
 def test_the_page_says_what_each_model_knows(bundled: dict[str, Path]) -> None:
     from aiayn.serve.app import build_app
     from aiayn.serve.service import TranslationService
