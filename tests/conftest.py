@@ -185,3 +185,59 @@ def answers(url: str) -> bool:
 def serve_page() -> Callable[..., AbstractContextManager[Page]]:
     """``with serve_page(flags, log) as page:`` — `aiayn serve` as a process, for tests through HTTP."""
     return served_page
+
+
+@pytest.fixture(scope="session")
+def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Path]) -> Path:
+    """The Python of a fresh virtual environment holding only what a Gradio Space installs for an exported Space:
+    its requirements.txt and the Gradio of its front matter's ``sdk_version`` (pip's cache makes a rerun quick).
+    Skipped, saying why, where pip cannot reach the package registry."""
+    import gradio
+
+    space = tmp_path_factory.mktemp("space-requirements") / "space"
+    subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(space)], check=True
+    )
+    venv = tmp_path_factory.mktemp("space-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    probe = subprocess.run([*pip, "index", "versions", "gradio"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(f"pip cannot reach the package registry: {probe.stderr.strip().splitlines()[-1:]}")
+    install = [*pip, "install", "-q", "-r", str(space / "requirements.txt"), f"gradio=={gradio.__version__}"]
+    result = subprocess.run(install, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return venv / "bin" / "python"
+
+
+@contextmanager
+def served_space(python: Path, space: Path, log: Path, timeout_s: float = 180) -> Iterator[str]:
+    """``python space/app.py`` as a Space runs it (its own folder only: no PYTHONPATH, another working directory),
+    on a free port until the page answers; its URL. Stopped on leaving."""
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(log.parent), "GRADIO_SERVER_PORT": str(port)}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(python), str(space / "app.py")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "GRADIO_ANALYTICS_ENABLED": "False"},
+            cwd=log.parent,
+        )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not answers(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{space}/app.py did not serve (exit {process.poll()}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def serve_space() -> Callable[..., AbstractContextManager[str]]:
+    """``with serve_space(python, space_dir, log) as url:`` — an exported Space's app.py as a Space runs it."""
+    return served_space

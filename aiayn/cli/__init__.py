@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def needs_torch(args: argparse.Namespace) -> bool:
-    """`aiayn export --to web` only copies graphs already exported, so the demo install runs it too."""
-    return args.command in NEEDS_TORCH and not (args.command == "export" and args.to == "web")
+    """`aiayn export --to web` and `--to space` only copy files already written (the graphs, the weights), so the
+    demo install runs them too."""
+    return args.command in NEEDS_TORCH and not (args.command == "export" and args.to in ("web", "space"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,12 +51,21 @@ def check_set(
 
 def cmd_export(args: argparse.Namespace) -> None:
     folder = ModelFolder.open(args.model)
-    if (args.to == "web") != (args.out is not None):
-        raise UserError("--out DIR goes with --to web, and --to web needs it")
+    folders = ("web", "space")  # what --out names
+    if (args.to in folders) != (args.out is not None):
+        raise UserError("--out DIR goes with --to web or --to space, and they need it")
+    if args.device is not None and args.to != "space":
+        raise UserError("--device goes with --to space (the Space's hardware); graphs serve on any device")
     if args.to == "web":
         from aiayn.export.web import export_web
 
         for line in export_web(folder, Path(args.out)):
+            print(line)
+        return
+    if args.to == "space":
+        from aiayn.export.space import export_space
+
+        for line in export_space(folder, Path(args.out), args.device or "cpu"):
             print(line)
         return
 
@@ -79,12 +88,19 @@ def add_export(sub: Any) -> None:
     p.add_argument("--fp16", action="store_true", help="also write fp16 graphs (for CUDA)")
     p.add_argument(
         "--to",
-        choices=("onnx", "ctranslate2", "web"),
+        choices=("onnx", "ctranslate2", "web", "space"),
         default="onnx",
-        help="ONNX graphs, a CTranslate2 model, or a static folder that translates in the browser (needs --out; "
-        "no PyTorch)",
+        help="ONNX graphs, a CTranslate2 model, a static folder that translates in the browser, or a folder that is "
+        "a whole Gradio Space serving the model (web and space need --out; no PyTorch)",
     )
-    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web writes")
+    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web or --to space writes")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="--to space: the Space's hardware (default cpu; cuda installs onnxruntime-gpu and serves the exported "
+        "graphs, which `aiayn export MODEL` writes)",
+    )
     p.add_argument(
         "--check-sentences",
         type=int,

@@ -30,7 +30,7 @@ import torch
 
 from aiayn.convert.sentencepiece import tokenizer_from_sentencepiece
 from aiayn.core.config import ModelConfig, SpecialTokens
-from aiayn.core.folder import SEARCH_SECTION, ModelFolder
+from aiayn.core.folder import IMPORTED_SECTION, SEARCH_SECTION, ModelFolder
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, SubwordTokenizer
 from aiayn.core.weight_spec import (
     CROSS_ATTN,
@@ -52,7 +52,6 @@ from aiayn.core.weight_spec import (
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import STORAGE_DTYPE, load_state_strict, save_weights
 
-IMPORTED_SECTION = "imported"  # config.json: where the folder came from
 CHECKPOINT_FILES = (
     "config.json",
     "generation_config.json",
@@ -62,6 +61,7 @@ CHECKPOINT_FILES = (
     "target.spm",
     "vocab.json",
     "tokenizer_config.json",
+    "README.md",  # the model card: its front matter states the licence
 )
 # transformers' names for Marian's activations → ours (config.ACTIVATIONS).
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
@@ -99,6 +99,21 @@ def checkpoint_dir(source: str) -> Path:
             f"could not download {source} from the Hugging Face Hub ({type(err).__name__}: {err}); check the id and "
             "the network, or download it elsewhere and pass its folder"
         ) from None
+
+
+def card_license(path: Path) -> str | None:
+    """The licence the checkpoint's model card states (``license:`` in README.md's front matter), else None."""
+    card = path / "README.md"
+    if not card.is_file():
+        return None
+    import yaml
+    from huggingface_hub.repocard import metadata_load
+
+    try:
+        licence = (metadata_load(card) or {}).get("license")
+    except yaml.YAMLError:  # a card whose front matter is not YAML states nothing we can read
+        return None
+    return str(licence) if licence else None
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -351,7 +366,9 @@ def import_marian(
         folder = ModelFolder.create(Path(tmp) / out.name, config, tokenizer)
         save_weights(model, folder)
         folder.write_section(SEARCH_SECTION, checkpoint.search_defaults())
-        folder.write_section(IMPORTED_SECTION, {"from": source, "model_type": "marian", "max_log_prob_diff": diff})
+        hub, licence = not Path(source).expanduser().is_dir(), card_license(checkpoint.path)
+        imported = {"from": source, "hub": hub, "license": licence, "model_type": "marian", "max_log_prob_diff": diff}
+        folder.write_section(IMPORTED_SECTION, imported)
         if out.exists():
             out.rmdir()
         shutil.move(str(folder.path), out)

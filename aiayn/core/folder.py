@@ -42,6 +42,11 @@ MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
 CLAUSES_SECTION = "clauses"
 # ``confidence``: the mean log-probability per token under which a translation is called unsure, set on val.
 CONFIDENCE_SECTION = "confidence"
+# ``imported``: where an imported folder came from (``aiayn import``): ``from`` (a Hub id or a checkpoint folder),
+# ``hub`` (whether ``from`` is a Hub id) and ``license`` (its model card's, or None where it states none).
+IMPORTED_SECTION = "imported"
+# How training.json names the kinds of corpus a run prepared (``aiayn.data``'s ``describe``) to a page's visitor.
+CORPUS_KINDS = {"multi30k": "Multi30k image captions", "in memory": "sentence pairs given in memory"}
 TRAIN_FIX = "re-create the folder with `aiayn train`"
 WEIGHTS_FIX = (
     "restore it from where it came from (`git checkout -- pretrained/` for a bundled model) "
@@ -242,6 +247,24 @@ class ModelFolder:
             raise ValueError(f"{self.record_file} is not valid JSON ({err}); {TRAIN_FIX}") from err
         return record if isinstance(record, dict) else {}
 
+    def provenance(self) -> str:
+        """What the model knows, in one line for its page and its Space: the corpus it was trained on (training.json),
+        or the checkpoint it was imported from and its licence; for a run continued from another folder, both."""
+        record, imported = self.training_record(), self.section(IMPORTED_SECTION)
+        if not record:
+            if not imported:
+                return "its folder does not record what it was trained on"
+            source = str(imported.get("from"))
+            where = source if imported.get("hub") else f"the checkpoint folder {Path(source).name}"
+            licence = imported.get("license")
+            return f"imported from {where} ({f'licence {licence}' if licence else 'no licence in its model card'})"
+        corpus = corpus_line(record.get("data", {}).get("sources", {}).get("train", {}))
+        parent = record.get("parent") or {}
+        if not parent:
+            return f"trained on {corpus}"
+        name = Path(str(parent.get("folder"))).name
+        return f"trained further on {corpus} from {name}, which was {parent.get('provenance', 'trained elsewhere')}"
+
     def validation_sample(self) -> list[tuple[str, str]]:
         """The validation pairs training kept in the folder (``validation.tsv``: source TAB reference); empty when
         it kept none."""
@@ -281,3 +304,20 @@ class ModelFolder:
         is below it is unsure (never, for a folder without one)."""
         threshold = self.section(CONFIDENCE_SECTION).get("min_mean_log_prob")
         return None if threshold is None else float(threshold)
+
+
+def corpus_line(train: dict[str, Any]) -> str:
+    """A training corpus as training.json describes it (``data.sources.train``), for a visitor: its name and size."""
+    kind, pairs = train.get("kind"), train.get("pairs")
+    files = [Path(f["path"] if isinstance(f, dict) else f).name for f in train.get("files", [])]
+    if kind in CORPUS_KINDS:
+        name = CORPUS_KINDS[kind]
+    elif kind == "hf datasets":
+        name = f"the Hugging Face dataset {train.get('name')}" + (
+            f" ({train['config']})" if train.get("config") else ""
+        )
+    elif files:
+        name = " + ".join(files)
+    else:
+        return "a corpus its folder does not name"
+    return name if pairs is None else f"{name} ({pairs:,} pairs)".replace(",", " ")

@@ -286,6 +286,7 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
             f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept. "
             f"When many translate at once, requests wait in line, at most about {admission.LONGEST_WAIT_S} s: "
             "the place in line and the expected wait show on the translation."
+            + "".join(f"\n\n**{d.label}**: {d.model.folder.provenance()}." for d in served.values())  # what it knows
         )
         with gr.Row():
             direction = gr.Dropdown(

@@ -92,6 +92,7 @@ def parent_summary(parent: ModelFolder) -> dict[str, Any]:
         "commands": record.get("commands", []),
         "best_val_bleu": record.get("best_val_bleu"),
         "parent": record.get("parent", {}),  # the chain of continued runs, back to the first
+        "provenance": parent.provenance(),  # what it knew: the corpus it was trained on, or the checkpoint imported
         "options": record.get("options", {}),
     }
 

@@ -59,9 +59,9 @@ def test_checkpoint_every_reaches_the_training_options(monkeypatch: pytest.Monke
         main([*base, "--checkpoint-every", "0"])
 
 
-def test_bench_quick_help_says_what_the_readme_says() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    assert "(5 rounds of 300 sentences; `--quick`: 2 rounds of 40)" in readme
+def test_bench_quick_help_says_what_the_speed_page_says() -> None:
+    speed = (Path(__file__).resolve().parents[2] / "docs" / "speed.md").read_text(encoding="utf-8")
+    assert "(5 rounds of 300 sentences; `--quick`: 2 rounds of 40)" in speed
     assert "2 rounds of 40 sentences; the full run: 5 of 300" in " ".join(subcommand("bench").format_help().split())
 
 

@@ -72,6 +72,7 @@ def test_a_made_up_pair_from_training_to_the_page(
         assert translation == cli_beam
         page = urllib.request.urlopen(url, timeout=10).read().decode()
         assert "qaa → qab" in page and "Examples (validation sentences kept in the model folder)" in page
+        assert f"trained on train.{SRC} + train.{TGT} (400 pairs)" in page  # what the model knows, from its record
         api = client.view_api(print_info=False, return_format="dict")
         assert [p["parameter_name"] for p in api["named_endpoints"]["/translate"]["parameters"]] == [
             "text",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,9 @@ def test_a_hub_id_is_read_through_the_hubs_cache(
     repo = cache / "models--Helsinki-NLP--opus-mt-en-de"
     commit = "0" * 40
     shutil.copytree(marian_checkpoint("swish", True), repo / "snapshots" / commit)
+    (repo / "snapshots" / commit / "README.md").write_text(
+        "---\nlanguage: [en, de]\nlicense: cc-by-4.0\n---\n# A card\n"
+    )
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
@@ -229,6 +233,7 @@ def test_a_hub_id_is_read_through_the_hubs_cache(
     folder = imported(Path("Helsinki-NLP/opus-mt-en-de"), tmp_path)
     assert folder.section("imported")["from"] == "Helsinki-NLP/opus-mt-en-de"
     assert (folder.config.src_lang, folder.config.tgt_lang) == ("en", "de")
+    assert folder.provenance() == "imported from Helsinki-NLP/opus-mt-en-de (licence cc-by-4.0)"
 
 
 def test_fine_tuning_an_imported_model_lowers_validation_loss(
@@ -253,7 +258,43 @@ def test_fine_tuning_an_imported_model_lowers_validation_loss(
     assert losses[-1] < losses[0], losses
     for name in ("tokenizer.json", "target_tokenizer.json"):
         assert (out / name).read_bytes() == (parent.path / name).read_bytes()
+    checkpoint = marian_checkpoint("swish", True).name
+    assert parent.provenance() == f"imported from the checkpoint folder {checkpoint} (no licence in its model card)"
+    assert ModelFolder.open(out).provenance() == (
+        f"trained further on train.en + train.de (300 pairs) from model, which was {parent.provenance()}"
+    )
     assert main(["export", str(out), "--check-sentences", "20"]) == 0
     assert main(["translate", "--model", str(out), english[0]]) == 0
     test_files = [str(files["valid", "en"]), str(files["valid", "de"])]
     assert main(["eval", "--model", str(parent.path), "--engine", "onnx", "--test-files", *test_files]) == 0
+
+
+def test_an_imported_folder_serves_as_a_space_from_a_fresh_environment(
+    marian_checkpoint: MakeCheckpoint,
+    space_python: Path,
+    serve_space: Callable[..., AbstractContextManager[str]],
+    tmp_path: Path,
+) -> None:
+    """`aiayn export --to space` of an imported folder: its licence in the front matter, its Hub id or source on the
+    page, and its API answering as `aiayn translate --model FOLDER` in a fresh environment of its requirements."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(marian_checkpoint("swish", True), checkpoint)
+    (checkpoint / "README.md").write_text("---\nlicense: apache-2.0\n---\n")
+    folder = imported(checkpoint, tmp_path)
+    space = tmp_path / "space"
+    assert main(["export", str(folder.path), "--to", "space", "--out", str(space)]) == 0
+    readme = (space / "README.md").read_text()
+    assert "\nlicense: apache-2.0\n" in readme and "imported from the checkpoint folder checkpoint" in readme
+    lines = ["Two dogs play in the snow.", "A man sits on a bench."]
+    with serve_space(space_python, space, tmp_path / "space.log") as url:
+        for beam in (1, 4):
+            command = [sys.executable, "-m", "aiayn.cli", "translate", "--model", str(folder.path), "--beam", str(beam)]
+            done = subprocess.run(command, input="\n".join(lines), capture_output=True, text=True, check=True)
+            body = json.dumps({"sentences": lines, "direction": "en-de", "beam": beam}).encode()
+            request = urllib.request.Request(f"{url}v1/translate", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                assert json.loads(answer.read())["translations"] == done.stdout.split("\n")[: len(lines)]

@@ -270,7 +270,6 @@ def test_the_contract_doc_matches_the_code(bundled: dict[str, Path]) -> None:
         "markdown_table; from aiayn.core.config import PRESETS; print(markdown_table(PRESETS['tiny']))\""
     )
     assert all(markdown_table(load_config(path)) == table for path in bundled.values())
-    assert table in (DOC.parents[1] / "README.md").read_text(encoding="utf-8"), "README.md's contract table is stale"
 
 
 @pytest.mark.parametrize("name", ["en-de", "de-en"])

@@ -112,3 +112,17 @@ def test_export_to_web_runs_without_torch(bundled: dict[str, Path], tmp_path: Pa
         pytest.skip(f"the npm registry is unreachable: {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "site" / "index.html").is_file() and "MB" in result.stdout
+
+
+def test_export_to_space_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:
+    """A Space copies the weights and the modules its app.py reaches: the demo install writes it too."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(tmp_path / "space")],
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "space" / "app.py").is_file() and "publish it: hf repos create" in result.stdout

@@ -1,0 +1,173 @@
+"""`aiayn export MODEL --to space`: a folder that is a whole Gradio Space for one model, served from a fresh virtual
+environment that installs only its requirements.txt and its sdk_version Gradio, answering as `aiayn translate`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import gradio
+import pytest
+from gradio_client import Client
+
+from aiayn.cli import main
+from aiayn.core.folder import ModelFolder
+from aiayn.export.space import ImportWalk, imports
+
+ROOT = Path(__file__).resolve().parents[2]
+SENTENCES = [
+    "A woman in a green coat walks her dog along the beach.",
+    "Three boys kick a ball across the muddy field.",
+    "An old bus waits at the corner of a quiet street.",
+]
+
+
+def export(model: str, out: Path, *flags: str) -> Path:
+    assert main(["export", model, "--to", "space", "--out", str(out), *flags]) == 0
+    return out
+
+
+def front_matter(space: Path) -> dict[str, str]:
+    text = (space / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    lines = text.split("---\n")[1].splitlines()
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+
+
+def torch_free_modules() -> list[str]:
+    """The import-linter contract's torch-free modules (pyproject.toml)."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return next(c["source_modules"] for c in contracts if "torch" in c.get("forbidden_modules", []))
+
+
+def cli_translate(model: str, lines: list[str], beam: int) -> list[str]:
+    command = [sys.executable, "-m", "aiayn.cli", "translate", "--model", model, "--beam", str(beam), "--device", "cpu"]
+    return subprocess.run(command, input="\n".join(lines), capture_output=True, text=True, check=True).stdout.split(
+        "\n"
+    )[: len(lines)]
+
+
+def json_route(url: str, sentences: list[str], direction: str, beam: int) -> list[str]:
+    body = json.dumps({"sentences": sentences, "direction": direction, "beam": beam}).encode()
+    request = urllib.request.Request(f"{url}v1/translate", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return list(json.loads(answer.read())["translations"])
+
+
+def assert_answers_as_translate(url: str, model: str, direction: str, sentences: list[str]) -> None:
+    """The JSON route and the page's API give `aiayn translate --model MODEL`'s lines, at greedy and beam 4."""
+    client = Client(url, verbose=False)
+    for beam in (1, 4):
+        expected = cli_translate(model, sentences, beam)
+        assert json_route(url, sentences, direction, beam) == expected
+        assert [client.predict(s, direction, beam, api_name="/translate")[0] for s in sentences] == expected
+
+
+def test_the_space_holds_the_page_the_model_and_what_it_needs(bundled: dict[str, Path], tmp_path: Path) -> None:
+    space = export("en-de", tmp_path / "space")
+    assert sorted(p.name for p in (space / "model").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "training.json",
+    ]
+    space_card = front_matter(space)
+    assert (space_card["sdk"], space_card["app_file"], space_card["sdk_version"]) == (
+        "gradio",
+        "app.py",
+        gradio.__version__,
+    )
+    readme = (space / "README.md").read_text()
+    assert "trained on Multi30k image captions (29 000 pairs)" in readme
+    requirements = (space / "requirements.txt").read_text().split()
+    names = [line.split("==")[0] for line in requirements]
+    assert "onnxruntime" in names and "sentencex" in names and all("==" in line for line in requirements)
+    assert not {"gradio", "torch", "onnxruntime-gpu"} & set(names)
+    assert (space / ".gitattributes").read_text() == "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+    assert 'device="cpu"' in (space / "app.py").read_text()
+
+    # The package's part is what app.py reaches, all of it torch-free by the layer contract.
+    copied = sorted(
+        ".".join(p.relative_to(space).with_suffix("").parts).removesuffix(".__init__") for p in space.rglob("*.py")
+    )
+    copied.remove("app")
+    app = (space / "app.py").read_text()
+    modules, third_party = ImportWalk().reached(app)
+    assert copied == modules and "aiayn.engines.onnx.fused" in modules  # the CPU engine, imported inside a function
+    assert {name for name, _ in imports(app) if name.startswith("aiayn.")} <= set(modules)
+    allowed = torch_free_modules()
+    outside = [m for m in modules if not any(m == a or m.startswith(a + ".") or a.startswith(m + ".") for a in allowed)]
+    assert outside == [] and "torch" not in third_party
+
+
+def test_a_gpu_space_installs_onnxruntime_gpu_and_carries_the_graphs(bundled: dict[str, Path], tmp_path: Path) -> None:
+    space = export("en-de", tmp_path / "space", "--device", "cuda")
+    assert {"encoder.onnx", "decoder.onnx"} <= {p.name for p in (space / "model").iterdir()}
+    names = [line.split("==")[0] for line in (space / "requirements.txt").read_text().split()]
+    assert "onnxruntime-gpu[cuda,cudnn]" in names and "onnxruntime" not in names
+    assert 'device="cuda"' in (space / "app.py").read_text()
+    assert front_matter(space)["suggested_hardware"] == "t4-small"
+    assert "*.onnx filter=lfs" in (space / ".gitattributes").read_text()
+
+
+def test_refusals_are_one_line(tiny_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "file").write_text("x")
+    assert main(["export", str(tiny_folder), "--to", "space", "--out", str(taken)]) == 2
+    assert "exists and is not an empty folder" in capsys.readouterr().err
+    assert main(["export", str(tiny_folder), "--device", "cuda"]) == 2
+    assert "--device goes with --to space" in capsys.readouterr().err
+    ungraphed = tmp_path / "ungraphed"
+    ungraphed.mkdir()
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (ungraphed / name).write_bytes((tiny_folder / name).read_bytes())
+    assert main(["export", str(ungraphed), "--to", "space", "--out", str(tmp_path / "gpu"), "--device", "cuda"]) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and "encoder.onnx" in error
+
+
+def test_an_imported_folder_names_its_checkpoint_and_licence(tiny_folder: Path, tmp_path: Path) -> None:
+    """From its ``imported`` section: the front matter's licence and model link, the README's and page's line."""
+    folder = tmp_path / "opus"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (folder / name).write_bytes((tiny_folder / name).read_bytes())
+    imported = {"from": "Org/opus-mt-en-de", "hub": True, "license": "cc-by-4.0"}
+    ModelFolder.open(folder).write_section("imported", imported)
+    space = export(str(folder), tmp_path / "space")
+    card = (space / "README.md").read_text()
+    assert "\nlicense: cc-by-4.0\nmodels:\n  - Org/opus-mt-en-de\n---\n" in card
+    assert "imported from Org/opus-mt-en-de (licence cc-by-4.0)" in card
+    assert "imported from Org/opus-mt-en-de (licence cc-by-4.0)" in (space / "app.py").read_text()
+
+
+def test_the_page_says_what_each_model_knows(bundled: dict[str, Path]) -> None:
+    from aiayn.serve.app import build_app
+    from aiayn.serve.service import TranslationService
+
+    assert ModelFolder.open("de-en").provenance() == "trained on Multi30k image captions (29 000 pairs)"
+    page = json.dumps(
+        build_app(TranslationService(device="cpu"), ["en-de", "de-en"]).get_config_file(),
+        default=str,
+        ensure_ascii=False,
+    )
+    assert "**en → de**: trained on Multi30k image captions (29 000 pairs)." in page
+    assert "**de → en**: trained on Multi30k image captions (29 000 pairs)." in page
+
+
+def test_the_space_serves_from_a_fresh_environment_as_translate(
+    bundled: dict[str, Path],
+    space_python: Path,
+    serve_space: Callable[..., AbstractContextManager[str]],
+    tmp_path: Path,
+) -> None:
+    space = export("en-de", tmp_path / "space")
+    with serve_space(space_python, space, tmp_path / "space.log") as url:
+        assert_answers_as_translate(url, "en-de", "en-de", SENTENCES)
