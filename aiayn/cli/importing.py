@@ -26,5 +26,10 @@ def add_import(sub: Any) -> None:
     p.add_argument("source", help="Hub id (Helsinki-NLP/opus-mt-en-de) or checkpoint folder")
     p.add_argument("--out", required=True, metavar="DIR", help="the model folder to write (new or empty)")
     p.add_argument("--src", default=None, help="source language code, where the checkpoint does not say it")
-    p.add_argument("--tgt", default=None, help="target language code, where the checkpoint does not say it")
+    p.add_argument(
+        "--tgt",
+        default=None,
+        help="target language code, where the checkpoint does not say it; for a multi-target checkpoint (its "
+        "vocabulary has >>por<< tokens) the target to import, as its token spells it (por), once per folder",
+    )
     p.set_defaults(func=cmd_import)

@@ -9,11 +9,16 @@ the sinusoids' layout (all sines, then all cosines), a bias on the logits (``fin
 files (``aiayn.convert.sentencepiece``), so no SentencePiece is needed to serve. Beam search ranks hypotheses as
 Hugging Face's ``generate`` does (log-probability over |Y|^length_penalty), with the checkpoint's beam size.
 
+A multi-target checkpoint (``opus-mt-tc-big-en-pt``, ``opus-mt-en-ROMANCE``) translates into the language whose
+token (``>>por<<``) starts the source; its vocabulary holds one such token per language. It is imported once per
+target (``--tgt por``): the folder's config declares the token as its ``source_prefix``, which every step adds
+before a sentence's subwords, exactly as ``MarianTokenizer`` encodes ``">>por<< " + sentence``, and the search
+never generates any language token, so none reaches a translation.
+
 What a folder cannot hold is refused in one line: another ``model_type``, separate source and target
-vocabularies, target-language tokens (``>>fra<<``: multilingual models), unequal encoder and decoder sizes,
-an activation we do not have, untied output weights. The weights are stored as float16 like every folder's,
-and the imported model is checked against the checkpoint's own ``MarianMTModel`` (with the same rounded
-weights) before the folder is written.
+vocabularies, unequal encoder and decoder sizes, an activation we do not have, untied output weights. The weights
+are stored as float16 like every folder's, and the imported model is checked against the checkpoint's own
+``MarianMTModel`` (with the same rounded weights) before the folder is written.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 import torch
 
-from aiayn.convert.sentencepiece import tokenizer_from_sentencepiece
+from aiayn.convert.sentencepiece import read_spm, tokenizer_from_sentencepiece
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import IMPORTED_SECTION, SEARCH_SECTION, ModelFolder
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, SubwordTokenizer
@@ -68,6 +73,8 @@ ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # A Hub id of the OPUS-MT family names its pair: Helsinki-NLP/opus-mt-en-de.
 OPUS_PAIR = re.compile(r"opus-mt-(?:tc-big-)?([a-z]{2,3})-([a-z]{2,3})$")
+# A target-language token of a multi-target vocabulary, as MarianTokenizer finds them: >>por<<, >>pt_BR<<.
+LANGUAGE_TOKEN = re.compile(r"^>>(.+)<<$")
 # How closely the imported model must follow the checkpoint's (same rounded weights, fp32 arithmetic).
 CHECK_TOLERANCE = 1e-4
 # Teacher-forced: a source, and a target-side text fed to the decoder (any text checks the arithmetic).
@@ -162,12 +169,6 @@ class Checkpoint:
             )
         if c.get("decoder_vocab_size") not in (None, c.get("vocab_size")):
             raise UnsupportedCheckpoint("a decoder vocabulary unlike the encoder's is not supported (tied embeddings)")
-        codes = sorted(token for token in self.vocab if token.startswith(">>") and token.endswith("<<"))
-        if codes:
-            raise UnsupportedCheckpoint(
-                f"multilingual target tokens ({', '.join(codes[:3])}, ... {len(codes)} in all) are not supported: "
-                "the text pipeline does not choose a target language; import a one-pair model"
-            )
         for encoder_key, decoder_key in (
             ("encoder_attention_heads", "decoder_attention_heads"),
             ("encoder_ffn_dim", "decoder_ffn_dim"),
@@ -188,11 +189,41 @@ class Checkpoint:
         if bad:
             raise UnsupportedCheckpoint(f"bad_words_ids of several tokens ({bad[:2]}) are not supported")
 
-    def languages(self, source: str) -> tuple[str, str]:
-        """The pair from the tokenizer config, else from an OPUS-MT name; --src/--tgt override both."""
-        src, tgt = self.tokenizer_config.get("source_lang"), self.tokenizer_config.get("target_lang")
-        if not (src and tgt) and (match := OPUS_PAIR.search(source.rstrip("/"))):
-            src, tgt = match.groups()
+    def language_tokens(self) -> dict[str, str]:
+        """Target language code → its token (``por`` → ``>>por<<``), one per language of a multi-target
+        checkpoint; empty for a one-pair checkpoint."""
+        return {match[1]: token for token in sorted(self.vocab) if (match := LANGUAGE_TOKEN.match(token))}
+
+    def target_token(self, tgt_lang: str | None) -> str | None:
+        """The token that chooses ``tgt_lang`` (--tgt) in a multi-target checkpoint; None in a one-pair one.
+        Refuses a multi-target checkpoint without --tgt, or with a code it does not offer, listing its codes."""
+        tokens = self.language_tokens()
+        if not tokens:
+            return None
+        offered = ", ".join(tokens)
+        if tgt_lang is None:
+            raise UnsupportedCheckpoint(
+                "this checkpoint translates into the language whose token starts the source "
+                f"({len(tokens)} in its vocabulary, >>{next(iter(tokens))}<< ...): import it once per target with "
+                f"--tgt, one of {offered}"
+            )
+        if tgt_lang not in tokens:
+            raise UnsupportedCheckpoint(f"--tgt {tgt_lang} is not a target of this checkpoint; choose one of {offered}")
+        # MarianTokenizer encodes ">>por<< " + text as >>por<< and the pieces of " " + text: the same pieces as
+        # text's alone only where the spm drops leading white space, as OPUS-MT's all do.
+        if not read_spm(self.path / "source.spm").normalizer_spec.remove_extra_whitespaces:
+            raise UnsupportedCheckpoint(
+                "source.spm keeps leading white space, so the pieces after a >>xx<< token would differ from a "
+                "sentence's own; not supported"
+            )
+        return tokens[tgt_lang]
+
+    def languages(self, source: str, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+        """--src/--tgt where given, else the pair from the tokenizer config, else from an OPUS-MT name."""
+        named = self.tokenizer_config.get("source_lang"), self.tokenizer_config.get("target_lang")
+        if not all(named) and (match := OPUS_PAIR.search(source.rstrip("/"))):
+            named = match.groups()
+        src, tgt = src_lang or named[0], tgt_lang or named[1]
         if not (src and tgt):
             raise UnsupportedCheckpoint(
                 "the checkpoint does not say its languages (tokenizer_config.json has no source_lang/target_lang); "
@@ -200,13 +231,17 @@ class Checkpoint:
             )
         return str(src), str(tgt)
 
-    def model_config(self, src_lang: str, tgt_lang: str, logits_bias: bool) -> ModelConfig:
+    def model_config(self, src_lang: str, tgt_lang: str, logits_bias: bool, target_token: str | None) -> ModelConfig:
+        """``target_token``: a multi-target checkpoint's token for ``tgt_lang`` (>>por<<), which every source
+        starts with; no language token is ever generated (transformers' ``generate`` bans only <pad>)."""
         c, vocab = self.config, self.vocab
         pad, eos = int(c["pad_token_id"]), int(c["eos_token_id"])
         unk = vocab.get(SPECIAL_TOKEN_TEXT["unk"])
         if unk is None:
             raise UnsupportedCheckpoint("vocab.json has no <unk> token")
         start = int(c.get("decoder_start_token_id", pad))
+        bad_words = {int(ids[0]) for ids in self.generation.get("bad_words_ids") or []}
+        languages = {vocab[token] for token in self.language_tokens().values()}
         if start != pad:
             raise UnsupportedCheckpoint(f"decoder_start_token_id {start} is not <pad> ({pad}), as Marian's always is")
         return ModelConfig(
@@ -229,7 +264,8 @@ class Checkpoint:
             positions="halves",
             scale_embedding=bool(c.get("scale_embedding", False)),
             logits_bias=logits_bias,
-            never_generate=tuple(sorted({int(ids[0]) for ids in self.generation.get("bad_words_ids") or []})),
+            never_generate=tuple(sorted(bad_words | languages)),
+            source_prefix=() if target_token is None else (vocab[target_token],),
         )
 
     def search_defaults(self) -> dict[str, Any]:
@@ -340,15 +376,15 @@ def import_marian(
     folder and lines that report what was read and checked. ``out`` is written whole or not at all."""
     checkpoint = Checkpoint.read(checkpoint_dir(source))
     checkpoint.refuse_what_we_cannot_hold()
-    languages = checkpoint.languages(source)
-    src_lang, tgt_lang = src_lang or languages[0], tgt_lang or languages[1]
+    target_token = checkpoint.target_token(tgt_lang)
+    src_lang, tgt_lang = checkpoint.languages(source, src_lang, tgt_lang)
     theirs = checkpoint.state_dict()
     bias = theirs.get("final_logits_bias")
-    config = checkpoint.model_config(src_lang, tgt_lang, logits_bias=bias is not None and bool(bias.any()))
+    config = checkpoint.model_config(src_lang, tgt_lang, bias is not None and bool(bias.any()), target_token)
     source_side = tokenizer_from_sentencepiece(checkpoint.path / "source.spm", checkpoint.vocab)
     target_side = tokenizer_from_sentencepiece(checkpoint.path / "target.spm", checkpoint.vocab)
     same = source_side.to_str() == target_side.to_str()
-    tokenizer = SubwordTokenizer(source_side, None if same else target_side)
+    tokenizer = SubwordTokenizer(source_side, None if same else target_side, config.source_prefix)
     if tokenizer.vocab_size != config.vocab_size:
         raise UnsupportedCheckpoint(
             f"vocab.json holds {tokenizer.vocab_size} tokens where config.json says {config.vocab_size}"
@@ -374,10 +410,13 @@ def import_marian(
         shutil.move(str(folder.path), out)
     folder = ModelFolder.open(out)
     parameters = sum(p.numel() for p in model.parameters())
+    targets = checkpoint.language_tokens()
+    chosen = [f"every source starts with {target_token}, one of {len(targets)} targets"] if target_token else []
     return folder, [
         f"imported {source}: Marian, {parameters / 1e6:.1f} M parameters, {config.src_lang}→{config.tgt_lang}, "
         f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
         f"vocabulary {config.vocab_size}, {config.activation}",
+        *chosen,
         f"checked against its MarianMTModel: max |Δ log-prob| {diff:.2e} (tolerance {CHECK_TOLERANCE:.0e})",
         f"wrote {out}: translate with `aiayn translate --model {out} TEXT`, serve with `aiayn serve --model {out}`",
     ]

@@ -34,7 +34,7 @@ ACTIVATIONS = ("relu", "swish", "gelu")  # eq. 2's max(0, ·); SiLU x·σ(x) (Ma
 POSITION_LAYOUTS = ("interleaved", "halves")  # §3.5's sin/cos pairs; Marian's sin of every pair, then every cos
 # Fields added after the first folders were written: the fingerprint leaves them out while they hold their
 # defaults, so those folders' exported graphs stay tied to their config.
-LATER_FIELDS = ("activation", "positions", "scale_embedding", "logits_bias", "never_generate")
+LATER_FIELDS = ("activation", "positions", "scale_embedding", "logits_bias", "never_generate", "source_prefix")
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ class ModelConfig:
     scale_embedding: bool = True  # embeddings × √d_model before the positions are added (§3.4)
     logits_bias: bool = False  # a learned bias on the logits (Marian's final_logits_bias)
     never_generate: tuple[int, ...] = ()  # token ids the search never chooses (Marian: <pad>, its bad_words_ids)
+    # Token ids the encoder reads before every source sentence's subwords: a multi-target checkpoint's choice of
+    # target language (OPUS-MT's >>por<<), which every step that encodes a source adds (``tokenizer.encode_source``).
+    source_prefix: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -81,6 +84,8 @@ class ModelConfig:
         banned = set(self.never_generate)
         if any(not 0 <= i < self.vocab_size for i in banned) or self.special_tokens.eos in banned:
             raise ValueError(f"never_generate {self.never_generate} must be ids below vocab_size, </s> not among them")
+        if any(not 0 <= i < self.vocab_size for i in self.source_prefix):
+            raise ValueError(f"source_prefix {self.source_prefix} must be ids below vocab_size")
 
     @property
     def d_head(self) -> int:
@@ -101,16 +106,21 @@ class ModelConfig:
         data = dict(data)
         if "special_tokens" in data:
             data["special_tokens"] = SpecialTokens(**data["special_tokens"])
-        if "never_generate" in data:
-            data["never_generate"] = tuple(data["never_generate"])  # a JSON list
+        for name in ("never_generate", "source_prefix"):
+            if name in data:
+                data[name] = tuple(data[name])  # a JSON list
         return cls(**data)
 
     def fingerprint(self) -> str:
-        """A short hash of the architecture and token ids, to tie exported files to this config."""
+        """A short hash of the architecture and token ids, to tie exported files to this config. The folders of a
+        multi-target checkpoint (one per target) differ only in the target their sources ask for, which no weight
+        or graph holds: it is left out, so that they can share those files."""
         data, defaults = self.to_dict(), ModelConfig()
         for name in LATER_FIELDS:
             if data[name] == getattr(defaults, name):
                 del data[name]
+        if self.source_prefix:
+            del data["tgt_lang"], data["source_prefix"]
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -166,7 +166,8 @@ class ModelFolder:
         else:
             tokenizer.save(folder.tokenizer_file)
         folder.write_section(MODEL_SECTION, config.to_dict())
-        folder.__dict__["tokenizer"] = tokenizer  # the cached_property, already known
+        # the cached_property, already known, with this config's source prefix
+        folder.__dict__["tokenizer"] = SubwordTokenizer(tokenizer.tokenizer, tokenizer.target, config.source_prefix)
         return folder
 
     def __repr__(self) -> str:
@@ -201,7 +202,8 @@ class ModelFolder:
 
     @cached_property
     def tokenizer(self) -> SubwordTokenizer:
-        return SubwordTokenizer.load(self.tokenizer_file)
+        """tokenizer.json (and target_tokenizer.json), every source encoded with the config's source prefix."""
+        return SubwordTokenizer.load(self.tokenizer_file, self.config.source_prefix)
 
     def tidy_tokenizer(self) -> bool:
         """Give a tokenizer.json written before the text contract moved into the file its tidying normalizer
@@ -209,7 +211,8 @@ class ModelFolder:
         raw = self.tokenizer.tokenizer
         if is_tidy(raw):
             return False
-        tidy = SubwordTokenizer(tidied(raw, SPECIAL_TOKEN_TEXT.values()), self.tokenizer.target)  # the target's kept
+        target, prefix = self.tokenizer.target, self.tokenizer.source_prefix  # kept
+        tidy = SubwordTokenizer(tidied(raw, SPECIAL_TOKEN_TEXT.values()), target, prefix)
         tidy.save(self.tokenizer_file)
         self.__dict__["tokenizer"] = tidy
         return True

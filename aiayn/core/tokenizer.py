@@ -3,6 +3,8 @@
 `aiayn train` learns one BPE model for both sides (``tokenizer.json``). An imported checkpoint may cut the
 two languages into pieces of that one vocabulary by different models (Marian's source.spm and target.spm):
 its folder then holds the target side's as well (``target_tokenizer.json``), which encodes training targets.
+A multi-target checkpoint's source starts with the token of its target language (``>>por<<``): the config's
+``source_prefix``, which the folder hands to its tokenizer, so that every source encoded here starts with it.
 Torch-free: the serving path loads it next to ONNX Runtime.
 """
 
@@ -32,9 +34,12 @@ class SubwordTokenizer:
     whose ``⁄`` the file's first step then drops alone, where the file itself drops the whole ``¼``.
     """
 
-    def __init__(self, tokenizer: Tokenizer, target: Tokenizer | None = None) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, target: Tokenizer | None = None, source_prefix: Sequence[int] = ()
+    ) -> None:
         self.tokenizer = tokenizer  # the source side's, and the target's where ``target`` is None
         self.target = target
+        self.source_prefix = list(source_prefix)  # ids every source starts with (ModelConfig.source_prefix)
         self.tidies_itself = is_tidy(tokenizer)
         if target is not None and target.get_vocab_size() != tokenizer.get_vocab_size():
             raise ValueError("the source and target tokenizers must number one vocabulary, id for id")
@@ -78,12 +83,13 @@ class SubwordTokenizer:
         return int(token_id)
 
     def encode_source(self, text: str) -> list[int]:
-        """What the encoder reads, as in training: the subwords of ``text`` followed by ``</s>``."""
-        return [*self.encode(text), self.eos_id]
+        """What the encoder reads, as in training: the source prefix (a multi-target checkpoint's ``>>por<<``),
+        the subwords of ``text`` and ``</s>``; as ``MarianTokenizer`` encodes ``">>por<< " + text``."""
+        return [*self.source_prefix, *self.encode(text), self.eos_id]
 
     def encode_source_batch(self, texts: Sequence[str]) -> list[list[int]]:
         eos = self.eos_id
-        return [[*ids, eos] for ids in self.encode_batch(texts)]
+        return [[*self.source_prefix, *ids, eos] for ids in self.encode_batch(texts)]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``; special tokens are dropped, so a model's raw output can be passed as is."""
@@ -113,15 +119,17 @@ class SubwordTokenizer:
             tmp.replace(file)
 
     @classmethod
-    def load(cls, path: str | Path) -> SubwordTokenizer:
-        """Read what :meth:`save` wrote (``path`` is ``tokenizer.json``, or the folder holding it)."""
+    def load(cls, path: str | Path, source_prefix: Sequence[int] = ()) -> SubwordTokenizer:
+        """Read what :meth:`save` wrote (``path`` is ``tokenizer.json``, or the folder holding it); every source
+        it encodes starts with ``source_prefix``, the model's (ModelConfig.source_prefix)."""
         path = resolve_file(path)
         if not path.is_file():
             raise FileNotFoundError(
                 f"{path} is missing; a model folder needs the tokenizer that `aiayn train` writes there"
             )
         target_file = path.with_name(TARGET_TOKENIZER_FILE)
-        return cls(read_tokenizer(path), read_tokenizer(target_file) if target_file.is_file() else None)
+        target = read_tokenizer(target_file) if target_file.is_file() else None
+        return cls(read_tokenizer(path), target, source_prefix)
 
     def _checked(self, ids: Sequence[int]) -> list[int]:
         """``ids`` as a list; HF silently skips unknown ids, which would hide a model/tokenizer mismatch."""

@@ -84,7 +84,9 @@ def write_split(
             for (_, tgt_text), src, tgt in zip(chunk, sources, targets, strict=True):
                 if not src or not tgt:
                     counts["skipped_empty"] += 1
-                elif max(len(src), len(tgt)) + 1 > settings.max_length:  # + its </s>
+                    continue
+                src = [*tokenizer.source_prefix, *src]  # a multi-target model's >>por<<, as every source has it
+                if max(len(src), len(tgt)) + 1 > settings.max_length:  # + its </s>
                     counts["skipped_too_long"] += 1
                 else:
                     kept_src.append(src)
@@ -159,7 +161,10 @@ class PreparedData:
 
 
 def tokenizer_sha256(tokenizer: SubwordTokenizer) -> str:
+    """What the prepared ids depend on: the tokenizer files, and the source prefix where there is one."""
     text = tokenizer.tokenizer.to_str() + (tokenizer.target.to_str() if tokenizer.target is not None else "")
+    if tokenizer.source_prefix:
+        text += json.dumps(tokenizer.source_prefix)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -12,8 +12,11 @@ LayerNorm epsilon and the decoder's start token (``bos``, which may be
 ``<pad>``) are the config's. The vocabulary is ours, id for id. A source is
 our subword tokens followed by ``</s>``, as in training: the caller appends
 it (``add_source_eos`` stays off, so existing callers that do are not
-doubled). The ids the config never generates are not part of the model:
-each call passes them (``suppressed``), as our search leaves them out.
+doubled), and puts the config's source prefix before them (a multi-target
+checkpoint's ``>>por<<``, as CTranslate2's users of OPUS-MT models do by
+hand; ``ctranslate2_sources``). The ids the config never generates are not
+part of the model: each call passes them (``suppressed``), as our search
+leaves them out.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def suppressed(config: ModelConfig, tokenizer: SubwordTokenizer) -> list[list[st
 
 
 def ctranslate2_sources(tokenizer: SubwordTokenizer, texts: list[str]) -> list[list[str]]:
-    """CTranslate2 takes tokens, not ids: the subwords of each text and ``</s>``."""
+    """CTranslate2 takes tokens, not ids: the source prefix (>>por<<, where the config has one), the subwords of
+    each text and ``</s>``."""
     return [[tokenizer.id_to_token(i) for i in tokenizer.encode_source(text)] for text in texts]
 
 

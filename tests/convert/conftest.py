@@ -54,9 +54,10 @@ def train_spm(
     return prefix.with_suffix(".model")
 
 
-def marian_vocab(models: Iterable[Path], eos_first: bool = True) -> dict[str, int]:
+def marian_vocab(models: Iterable[Path], eos_first: bool = True, targets: Sequence[str] = ()) -> dict[str, int]:
     """vocab.json over the pieces of ``models``: OPUS-MT's layout, </s> 0, <unk> 1, the pieces, <pad> last; or
-    (``eos_first=False``) the pieces first and </s>, <unk>, <pad> the last three ids."""
+    (``eos_first=False``) the pieces first and </s>, <unk>, <pad> the last three ids. ``targets``: a multi-target
+    vocabulary's language tokens (``por`` → ``>>por<<``), after </s> and <unk>."""
     import sentencepiece as spm
 
     pieces: dict[str, None] = {}
@@ -65,7 +66,8 @@ def marian_vocab(models: Iterable[Path], eos_first: bool = True) -> dict[str, in
         for i in range(processor.get_piece_size()):
             if not (processor.is_control(i) or processor.is_unknown(i)):
                 pieces.setdefault(processor.id_to_piece(i))
-    tokens = ["</s>", "<unk>", *pieces, "<pad>"] if eos_first else [*pieces, "</s>", "<unk>", "<pad>"]
+    languages = [f">>{code}<<" for code in targets]
+    tokens = ["</s>", "<unk>", *languages, *pieces, "<pad>"] if eos_first else [*pieces, "</s>", "<unk>", "<pad>"]
     return {token: i for i, token in enumerate(tokens)}
 
 
@@ -109,21 +111,25 @@ def held_out() -> list[str]:
 
 @pytest.fixture(scope="session")
 def marian_checkpoint(tmp_path_factory: pytest.TempPathFactory, spm_pair: tuple[Path, Path]) -> MakeCheckpoint:
-    """``marian_checkpoint(activation="swish", eos_first=True)``: a checkpoint folder as transformers writes one.
+    """``marian_checkpoint(activation="swish", eos_first=True, targets=())``: a checkpoint folder as transformers
+    writes one.
 
     ``eos_first``: OPUS-MT's layout, ``</s>`` 0, ``<unk>`` 1, the pieces, ``<pad>`` last; otherwise the pieces
-    come first and ``</s>``, ``<unk>``, ``<pad>`` are the last three ids (eos ≠ 0)."""
-    made: dict[tuple[str, bool], Path] = {}
+    come first and ``</s>``, ``<unk>``, ``<pad>`` are the last three ids (eos ≠ 0). ``targets``: the language
+    codes of a multi-target checkpoint (``("pob", "por")``), whose tokens (``>>por<<``) follow ``<unk>``."""
+    made: dict[tuple[str, bool, tuple[str, ...]], Path] = {}
 
-    def make(activation: str = "swish", eos_first: bool = True) -> Path:
-        if (activation, eos_first) in made:
-            return made[activation, eos_first]
+    def make(activation: str = "swish", eos_first: bool = True, targets: Sequence[str] = ()) -> Path:
+        key = (activation, eos_first, tuple(targets))
+        if key in made:
+            return made[key]
         import torch
         from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
         source_spm, target_spm = spm_pair
-        vocab = marian_vocab(spm_pair, eos_first)
-        folder = tmp_path_factory.mktemp(f"marian-{activation}-{'eos0' if eos_first else 'eosN'}")
+        vocab = marian_vocab(spm_pair, eos_first, targets)
+        name = f"marian-{activation}-{'eos0' if eos_first else 'eosN'}{''.join(f'-{code}' for code in targets)}"
+        folder = tmp_path_factory.mktemp(name)
         pad, eos = vocab["<pad>"], vocab["</s>"]
         config = MarianConfig(
             vocab_size=len(vocab),
@@ -165,7 +171,7 @@ def marian_checkpoint(tmp_path_factory: pytest.TempPathFactory, spm_pair: tuple[
             target_lang="de",
         )
         tokenizer.save_pretrained(folder)
-        made[activation, eos_first] = folder
+        made[key] = folder
         return folder
 
     return make

@@ -20,7 +20,7 @@ async function load() {
     initSentencex(),
     OrtEngine.load(config.web, config, device),
   ]);
-  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.web.special_tokens);
+  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.web.special_tokens, config.model.source_prefix);
   const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
   return { config, text, engine, device };
 }

@@ -46,12 +46,14 @@ class PyStr {
   }
 }
 
-/** tokenizer.json through tokenizers.js, as aiayn/core/tokenizer.py's SubwordTokenizer reads it. */
+/** tokenizer.json through tokenizers.js, as aiayn/core/tokenizer.py's SubwordTokenizer reads it; `sourcePrefix`:
+ * the config's source_prefix (a multi-target checkpoint's >>por<<), the ids every source starts with. */
 export class Codec {
-  constructor(tokenizer, special) {
+  constructor(tokenizer, special, sourcePrefix = []) {
     this.tokenizer = tokenizer;
     this.eos = special.eos;
     this.unk = special.unk;
+    this.sourcePrefix = sourcePrefix;
   }
 
   encode(text) {
@@ -59,11 +61,11 @@ export class Codec {
   }
 
   encodeSource(text) {
-    return [...this.encode(text), this.eos];
+    return [...this.sourcePrefix, ...this.encode(text), this.eos];
   }
 
   countTokens(text) {
-    return this.encode(text).length + 1;
+    return this.sourcePrefix.length + this.encode(text).length + 1;
   }
 
   decode(ids) {
