@@ -78,8 +78,8 @@ def test_matmul_nbits_computes_with_the_dequantized_weight(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_a_row_of_matmul_nbits_never_depends_on_the_other_rows(name):
     """int8 compute quantizes each row's activations on their own, so a row's result is the same bits in any
-    batch of two rows or more; a single row takes ONNX Runtime's one-row kernel, which sums in another order for
-    4-bit weights (last bits only) and in the same one for 8-bit."""
+    batch of ``min_rows`` rows or more: a single row takes ONNX Runtime's one-row kernel, which sums in another
+    order for 4-bit weights (last bits only) and in the same one for 8-bit."""
     rng = np.random.default_rng(1)
     k, n = 256, 96
     quantized = quantize_matmul(rng.normal(0, 0.05, (k, n)).astype(np.float32), VARIANTS[name])
@@ -89,7 +89,7 @@ def test_a_row_of_matmul_nbits_never_depends_on_the_other_rows(name):
         apart = run_one_node("MatMulNBits", {"x": x[start:stop]}, quantized.constants(), **quantized.attributes)
         np.testing.assert_array_equal(apart, together[start:stop])
     alone = run_one_node("MatMulNBits", {"x": x[:1]}, quantized.constants(), **quantized.attributes)
-    if VARIANTS[name].bits == 8:
+    if VARIANTS[name].min_rows == 1:
         np.testing.assert_array_equal(alone[0], together[0])
     else:
         np.testing.assert_allclose(alone[0], together[0], rtol=1e-5, atol=1e-5)

@@ -36,6 +36,13 @@ class BlockScheme:
         if self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ValueError(f"the block size must be a power of two ≥ 16, not {self.block_size}")
 
+    @property
+    def min_rows(self) -> int:
+        """The fewest rows a graph of this scheme may run, so that a row's result never depends on the rows beside
+        it: ONNX Runtime's one-row kernel sums 4-bit blocks in another order than its kernel for several rows
+        (for 8-bit blocks in the same one)."""
+        return 2 if self.bits == 4 else 1
+
 
 VARIANTS: dict[str, BlockScheme] = {
     "w8": BlockScheme(bits=8, block_size=32, symmetric=True, accuracy_level=4),
