@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from aiayn.bench.engines import BenchEngine, Setup, make_engine
 from aiayn.bench.process import answer, requests, status_mb
 from aiayn.core.folder import ModelFolder
+from aiayn.serve.memory import return_freed_memory
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ def main() -> None:
     resident memory and the peak the loading took."""
     setup = Setup(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     engine = make_engine(setup, ModelFolder.open(sys.argv[1]))
+    return_freed_memory()  # what building the engine took, as `aiayn translate` and `aiayn serve` do after loading
     answer({"ready": True, "loaded_mb": status_mb("VmRSS"), "load_peak_mb": status_mb("VmHWM")})
     warmed: set[tuple[int, int]] = set()
     for request in requests():

@@ -79,13 +79,14 @@ def add_data_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help=DATA_HELP)
 
 
-def add_variant_flag(p: argparse.ArgumentParser) -> None:
+def add_variant_flag(p: argparse.ArgumentParser, scope: str = "") -> None:
+    """--variant, the one flag for the weights an engine runs; ``scope`` says where a command takes it."""
     p.add_argument(
         "--variant",
         choices=VARIANTS,
         default="fp32",
-        help="the weights: fp32; w8, w4: 8- or 4-bit weight blocks built at load (onnx engine, CPU; "
-        "docs/speed.md); int8, fp16: the graphs of `aiayn export --quantize int8` / `--fp16`",
+        help=f"{scope}the weights: fp32; w8, w4: 8- or 4-bit weight blocks built at load (onnx engine, CPU; "
+        "docs/speed.md); int8: dynamic int8 (CPU); fp16: the graphs of `aiayn export --fp16` (GPU)",
     )
 
 

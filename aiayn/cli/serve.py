@@ -75,7 +75,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     clauses = not args.no_clauses
     service = TranslationService(args.engine, args.device, args.threads, clauses, args.variant)
     model = service.model(args.model)
-    engine = f"engine {model.engine.name} ({args.variant}), execution provider: {model.provider}"
+    engine = f"engine {model.engine.name}, execution provider: {model.provider}, {args.variant} weights"
     print(f"model {model.folder.path}, {engine}", file=sys.stderr)
     # One line in, one line out. The lines go in chunks: a chunk's sentences are searched together, batched by
     # length, and its translations written (and flushed) before the next chunk starts.
