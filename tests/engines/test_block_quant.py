@@ -23,6 +23,7 @@ SCHEMES = {
     "8-bit asymmetric": BlockScheme(bits=8, block_size=32, symmetric=False, accuracy_level=0),
     "4-bit symmetric": BlockScheme(bits=4, block_size=64, symmetric=True, accuracy_level=0),
     "4-bit fp32 compute": BlockScheme(bits=4, block_size=16, symmetric=False, accuracy_level=0),
+    "4-bit asymmetric": BlockScheme(bits=4, block_size=32, symmetric=False, accuracy_level=4),
 }
 
 
@@ -119,7 +120,7 @@ def test_a_table_must_be_whole_blocks_and_a_scheme_sound():
 
 
 def test_quantizing_in_chunks_of_rows_changes_nothing(monkeypatch):
-    table = np.random.default_rng(3).normal(0, 1, (50, 64)).astype(np.float32)
+    table = np.random.default_rng(3).normal(0, 1, (50, 256)).astype(np.float32)
     whole = quantize_gather(table, VARIANTS["w4"])
     monkeypatch.setattr(block_quant, "CHUNK_ROWS", 7)
     chunked = quantize_gather(table, VARIANTS["w4"])

@@ -45,8 +45,8 @@ class BlockScheme:
 
 
 VARIANTS: dict[str, BlockScheme] = {
-    "w8": BlockScheme(bits=8, block_size=32, symmetric=True, accuracy_level=4),
-    "w4": BlockScheme(bits=4, block_size=32, symmetric=False, accuracy_level=4),
+    "w8": BlockScheme(bits=8, block_size=128, symmetric=True, accuracy_level=4),
+    "w4": BlockScheme(bits=4, block_size=128, symmetric=True, accuracy_level=4),
 }
 
 
