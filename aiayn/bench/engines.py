@@ -2,7 +2,7 @@
 tokenization, never timed), and (sources, beam, batch size, length) → output ids (timed).
 
 Every engine decodes the same weights: the bench's copy of the model folder
-holds the ONNX graphs (fp32, int8) and a CTranslate2 export made from its
+holds the ONNX graphs (fp32) and a CTranslate2 export made from its
 ``model.safetensors``. Torch is imported only by the torch engines.
 """
 
@@ -32,6 +32,8 @@ ENGINES = (
     f"{ONNX_PORTABLE} fp32",
     f"{ONNX} fp32",
     f"{ONNX} int8",
+    f"{ONNX} w8",  # the weight-only blocks (CPU)
+    f"{ONNX} w4",
     f"{ONNX} fp16",  # on a GPU: the contract's fp16 graphs
     "ctranslate2 fp32",
     "ctranslate2 int8",

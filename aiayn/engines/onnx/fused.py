@@ -148,9 +148,10 @@ class FusedOnnxEngine:
         variant: str = "fp32",
         lanes: int = 1,
     ) -> FusedOnnxEngine:
-        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside, or
-        the weight-only ``variant`` of ``block_quant.VARIANTS``). ``lanes`` searches may run it at once, each on
-        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
+        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside); a
+        ``variant`` other than fp32 is one of ``block_quant.VARIANTS`` (weight-only blocks) or int8 (the fp32 graphs
+        dynamically quantized, ``quantize.py``). ``lanes`` searches may run it at once, each on ``threads`` intra-op
+        threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         threads = threads or default_cores()
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
