@@ -24,14 +24,29 @@ from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.engines import ONNX
 
 OURS, PEER = f"{ONNX} fp32", "ctranslate2 fp32"
+W8, W4, PEER_INT8 = f"{ONNX} w8", f"{ONNX} w4", "ctranslate2 int8"  # the weight-only variants; CTranslate2's int8
 # One batch of 32 on two cores is what a lone `aiayn translate` of a file's first page, or the JSON route, asks.
 CONFIGS = ((1, 1), (1, 32), (4, 32))  # (beam, batch)
 FRAMINGS = (
-    Framing("base size, 1 thread each", (Setup(OURS), Setup(PEER)), ((f"{OURS} 1×1", (f"{PEER} 1×1",)),)),
+    Framing(
+        "base size, 1 thread each",
+        (Setup(OURS), Setup(W8), Setup(W4), Setup(PEER), Setup(PEER_INT8)),
+        (
+            (f"{OURS} 1×1", (f"{PEER} 1×1",)),
+            (f"{W8} 1×1", (f"{OURS} 1×1",)),
+            (f"{W4} 1×1", (f"{OURS} 1×1",)),
+            (f"{W4} 1×1", (f"{W8} 1×1",)),
+            (f"{W8} 1×1", (f"{PEER_INT8} 1×1",)),
+        ),
+    ),
     Framing(
         "base size, 2 cores on one batch",
-        (Setup(OURS, lanes=THREADS), Setup(PEER, lanes=THREADS), Setup(PEER, threads=THREADS)),
-        ((f"{OURS} {THREADS}×1", (f"{PEER} {THREADS}×1", f"{PEER} 1×{THREADS}")),),
+        tuple(Setup(name, lanes=THREADS) for name in (OURS, W8, W4, PEER)) + (Setup(PEER, threads=THREADS),),
+        (
+            (f"{OURS} {THREADS}×1", (f"{PEER} {THREADS}×1", f"{PEER} 1×{THREADS}")),
+            (f"{W8} {THREADS}×1", (f"{OURS} {THREADS}×1",)),
+            (f"{W4} {THREADS}×1", (f"{OURS} {THREADS}×1",)),
+        ),
     ),
 )
 SEED = 0
@@ -147,7 +162,7 @@ def check_lengths(measured: Measured, length: int) -> None:
 
 
 def memory_ratios(footprints: list[Footprint]) -> list[str]:
-    """Ours against CTranslate2 in each framing (against its setup with the least memory there)."""
+    """Each comparison of each framing: the row against its peer (the peer's setup with the least memory there)."""
     by_label = {f.engine: f for f in footprints}
     lines = []
     for framing in FRAMINGS:
@@ -178,11 +193,11 @@ def base_report(result: BaseResult) -> str:
     return (
         f"Base size ({size}; random weights, every output {plan.length} tokens; {plan.rounds} interleaved rounds):\n"
         + "\n".join(table)
-        + "\n\nThroughput ratios (tokens/s, ours / CTranslate2; median and range over the rounds):\n"
+        + "\n\nThroughput ratios (tokens/s, row / its peer; median and range over the rounds):\n"
         + format_ratios(result.ratios)
         + "\n\nResident memory:\n"
         + "\n".join(memory)
-        + "\n\nMemory ratios (ours / CTranslate2):\n"
+        + "\n\nMemory ratios (row / its peer):\n"
         + "\n".join(memory_ratios(result.footprints))
     )
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import UserError, add_data_flag, add_model_flag, positive_int
+from aiayn.cli.args import UserError, add_data_flag, add_model_flag, add_variant_flag, positive_int
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -47,7 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         from aiayn.bench.long_sentences import long_report, measure
         from aiayn.serve.service import TranslationService
 
-        model = TranslationService(cores=args.threads).model(args.model)
+        model = TranslationService(cores=args.threads, variant=args.variant).model(args.model)
         corpus, train = load_split_for(folder, "val", args.data), load_split_for(folder, "train", args.data)
         figures = measure(model, corpus, train, args.beam)
         print(long_report(figures, f"{folder.config.src_lang}-{folder.config.tgt_lang}", "val", args.beam))
@@ -124,6 +124,7 @@ def add_bench(sub: Any) -> None:
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: cores to use")
+    add_variant_flag(p, "with --long: ")  # the base-size rows measure fp32, w8 and w4 side by side
     p.add_argument(
         "--quick",
         action="store_true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import socket
 import subprocess
@@ -60,6 +61,28 @@ def test_a_file_with_a_progress_bar_and_the_torch_engine_agrees(
 def test_text_argument_and_beam_one(bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["translate", "--model", "de-en", "--beam", "1", "Zwei Hunde spielen im Schnee."], capsys)
     assert code == 0 and out == "Two dogs play in the snow.\n"
+
+
+@pytest.mark.parametrize("variant", ["w8", "w4"])
+def test_the_variant_flag_reaches_the_engine(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str], variant: str
+) -> None:
+    args = ["translate", "--model", "de-en", "--beam", "1", "--device", "cpu", "--variant", variant]
+    code, out, err = run_cli([*args, "Zwei Hunde spielen im Schnee."], capsys)
+    assert code == 0 and out.startswith("Two dogs") and out.count("\n") == 1  # w4 says "are playing"
+    assert f"execution provider: CPUExecutionProvider, {variant} weights" in err
+    code, out, err = run_cli([*args, "--engine", "torch", "Ein Hund."], capsys)
+    assert code == 2 and out == "" and "the torch engine runs fp32 only; use --engine onnx" in err
+
+
+def test_eval_scores_a_variant(
+    bundled: dict[str, Path], multi30k_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --engine, a variant other than fp32 takes the onnx engine (torch runs fp32 only)."""
+    args = ["eval", "--model", "en-de", "--variant", "w4", "--limit", "8", "--beam", "1", "--json"]
+    code, out, err = run_cli([*args, "--data", str(multi30k_dir)], capsys)
+    assert code == 0 and "engine onnx (w4)" in err
+    assert json.loads(out)["variant"] == "w4"
 
 
 @pytest.mark.parametrize(

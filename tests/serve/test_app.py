@@ -284,3 +284,9 @@ def test_a_refused_request_clears_the_earlier_translation_timing_and_heatmap(pag
     cleared = dict(zip(on_failure.outputs, on_failure.fn(), strict=True))
     assert cleared[targets[0]] == "" and cleared[targets[1]] == ""
     assert "Translate a sentence to see" in cleared[component(page, "heatmap")]
+
+
+def test_the_page_says_which_variant_it_runs(bundled: dict[str, Path]) -> None:
+    app = build_app(TranslationService(device="cpu", variant="w8"), ["en-de"])
+    texts = [b.value for b in app.blocks.values() if isinstance(b, gr.Markdown)]
+    assert any("CPUExecutionProvider**, w8 weights" in text for text in texts)

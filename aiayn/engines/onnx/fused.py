@@ -18,6 +18,10 @@ cross keys/values, which are never repeated per beam. ``select`` is cheap:
 - anything else (rows repeated across sentences, say) falls back to a general
   gather into fresh buffers with one row per sentence.
 
+A graph of 4-bit blocks never runs on fewer than two physical rows (``BlockScheme.min_rows``): a lone greedy
+sentence gets a second, unread copy, and compaction keeps a spare block, so that a sentence's translation is
+the same alone or among others.
+
 States are linear: ``step_top``/``step``/``select`` consume their state (the buffers
 are updated in place) and a consumed state refuses to be used again.
 """
@@ -35,6 +39,7 @@ from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, default_cores
+from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
@@ -114,9 +119,12 @@ class FusedOnnxEngine:
         decoder: Path | bytes,
         threads: int = 2,
         lanes: int = 1,
+        min_rows: int = 1,
     ) -> None:
-        """Sessions of the serving graphs ``encoder`` and ``decoder`` (files, or serialized graphs)."""
+        """Sessions of the serving graphs ``encoder`` and ``decoder`` (files, or serialized graphs), which run on
+        ``min_rows`` physical rows at least."""
         self.folder, self.config = folder, config
+        self.min_rows = min_rows
         self.provider = CPU
         self.threads, self.lanes = threads, lanes
         self.attention_engine: OnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
@@ -137,24 +145,28 @@ class FusedOnnxEngine:
         cls,
         folder: ModelFolder | str | Path,
         threads: int | None = None,
-        int8: bool = False,
+        variant: str = "fp32",
         lanes: int = 1,
     ) -> FusedOnnxEngine:
-        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
-        ``int8`` quantizes their weights (``quantize.py``). ``lanes`` searches may run it at once, each on
-        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
+        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside); a
+        ``variant`` other than fp32 is one of ``block_quant.VARIANTS`` (weight-only blocks) or int8 (the fp32 graphs
+        dynamically quantized, ``quantize.py``). ``lanes`` searches may run it at once, each on ``threads`` intra-op
+        threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         threads = threads or default_cores()
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
         weights = load_file(str(folder.weights_file))  # fp16: each tensor becomes fp32 as its graph takes it
         with graphs_directory() as directory:
-            encoder, decoder = build_serving_graphs(folder.config, weights, directory, str(folder.weights_file))
+            scheme = VARIANTS.get(variant)
+            source = str(folder.weights_file)
+            encoder, decoder = build_serving_graphs(folder.config, weights, directory, source, scheme)
             del weights
-            if int8:
+            if variant == "int8":
                 int8_encoder, int8_decoder = quantize_int8(encoder, INT8_OPS), quantize_int8(decoder, INT8_OPS)
                 return cls(folder, folder.config, int8_encoder, int8_decoder, threads, lanes)
-            return cls(folder, folder.config, encoder, decoder, threads, lanes)
+            min_rows = scheme.min_rows if scheme else 1
+            return cls(folder, folder.config, encoder, decoder, threads, lanes, min_rows)
 
     # -- encoder -----------------------------------------------------------------------------------------
 
@@ -169,6 +181,9 @@ class FusedOnnxEngine:
         binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
         binding.bind_ortvalue_output(contract.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
+        if batch < self.min_rows:  # unread copies of the first sentence make up the rows
+            cross = np.concatenate([cross, np.repeat(cross[:, :1], self.min_rows - batch, axis=1)], axis=1)
+            src_mask = np.concatenate([src_mask, np.repeat(src_mask[:1], self.min_rows - batch, axis=0)])
         return state_of(Batch(cross, src_mask), np.arange(batch))
 
     # -- decoder -----------------------------------------------------------------------------------------
@@ -292,7 +307,8 @@ class FusedOnnxEngine:
                 # Before the first step nothing is cached: regroup (the beam's k copies of each sentence).
                 self.consume(state)
                 batch.group, batch.binding = group, None
-                return self.compact(batch, state.rows[rows[::group]], np.arange(rows.size) % group)
+                slots = self.with_spare_blocks(batch, state.rows[rows[::group]])
+                return self.compact(batch, slots, np.arange(rows.size) % group)
         sentence = rows // g  # (new rows,) the search's old sentence of each new row
         blocks = sentence.reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g)
         if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
@@ -303,8 +319,16 @@ class FusedOnnxEngine:
             parents = self.adopt(batch, parents.reshape(-1, g)).reshape(-1)
         slots = parents[::g] // g  # (new sentences,) physical blocks still read
         if 0 < slots.size <= COMPACT_BELOW * batch.sentences:
-            return self.compact(batch, slots, parents % g)
+            return self.compact(batch, self.with_spare_blocks(batch, slots), parents % g)
         return state_of(batch, parents)
+
+    def with_spare_blocks(self, batch: Batch, slots: np.ndarray) -> np.ndarray:
+        """``slots`` (physical blocks), then as many others as make up ``min_rows`` rows (they run on, unread)."""
+        missing = -(-self.min_rows // batch.group) - slots.size
+        if missing <= 0:
+            return slots
+        spare = np.setdiff1d(np.arange(batch.sentences), slots)[:missing]
+        return np.concatenate([slots, spare])
 
     def adopt(self, batch: Batch, parents: np.ndarray) -> np.ndarray:
         """The beam's reordering within each sentence block, (sentences, g) physical parents → physical rows.
@@ -334,10 +358,12 @@ class FusedOnnxEngine:
     def compact(self, batch: Batch, slots: np.ndarray, offsets: np.ndarray) -> FusedState:
         """Keep the physical blocks ``slots`` only, moved to the front (filled cache only), and rebind.
 
-        ``offsets`` (rows,) is each of the search's rows' place within its block, kept as it is.
+        ``offsets`` (rows,) is each of the search's rows' place within its block, kept as it is; they are the rows
+        of the first ``offsets.size / group`` blocks (any further ones are spares, ``with_spare_blocks``).
         """
         n, g, t = slots.size, batch.group, batch.past_len
-        rows = (np.arange(n)[:, None] * g + offsets.reshape(n, g)).reshape(-1)
+        live = offsets.size // g
+        rows = (np.arange(live)[:, None] * g + offsets.reshape(live, g)).reshape(-1)
         if n == batch.sentences and bool((slots == np.arange(n)).all()):
             return state_of(batch, rows)  # nothing to move
         batch.cross = np.ascontiguousarray(batch.cross[:, slots])
@@ -356,11 +382,13 @@ class FusedOnnxEngine:
         """Any selection: a fresh batch with one row per sentence (the source side gathered per row)."""
         batch = self.consume(state)
         physical = state.rows[rows]  # (new rows,)
+        if 0 < physical.size < self.min_rows:  # unread copies of the first row make up the rows
+            physical = np.concatenate([physical, np.repeat(physical[:1], self.min_rows - physical.size)])
         blocks = physical // batch.group
         fresh = Batch(np.ascontiguousarray(batch.cross[:, blocks]), np.ascontiguousarray(batch.src_mask[blocks]))
         fresh.past_len = batch.past_len
         if batch.cache is not None:
-            fresh.cache = np.zeros((batch.cache.shape[0], rows.size, *batch.cache.shape[2:]), np.float32)
+            fresh.cache = np.zeros((batch.cache.shape[0], physical.size, *batch.cache.shape[2:]), np.float32)
             fresh.cache[:, :, :, : batch.past_len] = batch.cache[:, physical, :, : batch.past_len]
         return state_of(fresh, np.arange(rows.size))
 
