@@ -99,39 +99,20 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 
 def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]) -> None:
-    """What the translation left out or kept, on stderr; lines not translated end it with an error."""
-    if left_out:
-        print(f"not in the model's vocabulary, left out: {' '.join(left_out)}", file=sys.stderr)
-    if kept:
-        print(f"{kept} sentence(s) without a known word kept as they are", file=sys.stderr)
-    for line in short:
-        print(f"line {line}: the translation looks short for its source; a part may be missing", file=sys.stderr)
-    for line in unsure:
-        print(f"line {line}: the model is unsure of this translation; check it", file=sys.stderr)
-    for line, reason in refused:
-        print(f"line {line}: not translated: {reason}", file=sys.stderr)
+    """What the translation left out or kept, on stderr (lines from 1); lines not translated end it with an error."""
+    from aiayn.serve.status import notes
+
+    for note in notes(left_out, kept, short, unsure, refused):
+        print(note, file=sys.stderr)
     if refused:
         numbers = ", ".join(str(line) for line, _ in refused)
         raise UserError(f"{len(refused)} sentence(s) not translated, on line(s) {numbers}; the rest is translated")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from aiayn.serve.memory import bound_server_memory
+    from aiayn.serve.server import serve
 
-    bound_server_memory()  # before any thread starts
-    from aiayn.serve.api import json_route
-    from aiayn.serve.app import build_app, check_port, launch
-    from aiayn.serve.service import TranslationService
-
-    check_port(args.host, args.port)
-    service = TranslationService("onnx", args.device, args.threads, split_clauses=not args.no_clauses)
-    app = build_app(service, args.model)
-    launch(app, args.host, args.port, args.share, block=False, routes=[json_route(service)])
-    names = ", ".join(service.models)
-    provider = next(iter(service.models.values())).provider
-    public = f" and {app.share_url}" if app.share_url else ""
-    print(f"serving {names} with ONNX Runtime on {provider} at http://{args.host}:{args.port}{public}", file=sys.stderr)
-    app.block_thread()  # until Ctrl-C
+    serve(args.model, args.host, args.port, args.share, args.device, args.threads, split_clauses=not args.no_clauses)
 
 
 def add_translate(sub: Any) -> None:

@@ -25,7 +25,7 @@ from aiayn.serve.memory import Trimmer
 # The searches' arrays handed back (else kept by malloc at the size of the largest batch): one trimmer for every
 # batcher, so a page serving several models still trims at most once a second.
 TRIM = Trimmer()
-MAX_SENTENCES = 256  # per batch taken off the queue; the translator cuts it into length batches itself
+SENTENCES_PER_SEARCH = 256  # taken off the queue at most per search; the translator cuts them into length batches
 
 
 @dataclass
@@ -69,7 +69,7 @@ class SearchBatcher:
         while True:
             jobs = [self.jobs.get()]
             sentences = len(jobs[0].src_ids)
-            while sentences < MAX_SENTENCES and not self.jobs.empty():
+            while sentences < SENTENCES_PER_SEARCH and not self.jobs.empty():
                 jobs.append(self.jobs.get())
                 sentences += len(jobs[-1].src_ids)
             for settings in dict.fromkeys(job.settings for job in jobs):

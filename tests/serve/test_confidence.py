@@ -25,7 +25,7 @@ def test_a_line_the_model_is_unsure_of_is_named_on_the_page_and_the_cli(
     bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from aiayn.cli import main
-    from aiayn.serve.app import status_line
+    from aiayn.serve.status import status_line
 
     text = "Two dogs play in the snow.\nJohn and Mary visit Berlin."
     result = TranslationService().translate(text, str(bundled["en-de"]))
@@ -33,8 +33,8 @@ def test_a_line_the_model_is_unsure_of_is_named_on_the_page_and_the_cli(
     assert "line(s) 2: the model is unsure of this translation" in status_line(result)
     assert main(["translate", "--model", str(bundled["en-de"]), text]) == 0
     err = capsys.readouterr().err
-    assert "line 2: the model is unsure of this translation" in err and "line 1:" not in err
-    assert "unsure" not in status_line(Result("", "CPU", 1.0, 1, [], 0, None, [], []))
+    assert "line(s) 2: the model is unsure of this translation" in err and "line(s) 1" not in err
+    assert "unsure" not in status_line(Result("", "CPU", 1.0, 1, [], 0, [], [], []))
 
 
 def test_a_sentence_is_judged_on_all_its_pieces_and_a_line_on_each_sentence(bundled: dict[str, Path]) -> None:
