@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_int
+from aiayn.cli.args import add_beam_flag, add_data_flag, add_device_flag, add_model_flag, float_list, positive_int
 from aiayn.core.contract import VARIANTS
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
-from aiayn.engines import DEVICES
 from aiayn.engines.load import ENGINES, installed_engine, load_engine, search_settings_for, translator_for
 
 if TYPE_CHECKING:
@@ -109,9 +108,7 @@ def add_eval(sub: Any) -> None:
         help="score your own test set: source and reference files, aligned line by line (plain or .gz)",
     )
     p.add_argument("--test-tsv", metavar="FILE", default=None, help="or one file of SOURCE<TAB>REFERENCE lines")
-    p.add_argument(
-        "--beam", type=positive_int, default=None, help="beam size; 1 is greedy (default: the folder's, 4 when trained)"
-    )
+    add_beam_flag(p)
     p.add_argument(
         "--length-penalty",
         type=float,
@@ -135,7 +132,7 @@ def add_eval(sub: Any) -> None:
         "--engine", choices=ENGINES, default=None, help="default: torch where PyTorch is installed, else onnx"
     )
     p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
-    p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider")
+    add_device_flag(p, "the engine")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
     p.add_argument("--output", default=None, help="also write the translations to this file")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -9,12 +9,9 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
-from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, port_number
+from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, port_number
 from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
-
-__all__ = ["DEVICES", "add_serve", "add_translate"]
-
 
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
 # written: 2 048 rather than 256 keeps both lanes busy across a chunk (a 3 400-line file: 0.87× CTranslate2 rather
@@ -85,7 +82,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
     with progress as bar, open_output(args.output) as out:
         for number, prepared in enumerate(chunks):
-            done = model.run(prepared, args.beam or model.search.beam_size, on_batch=bar.update)
+            done = model.run(prepared, args.beam, on_batch=bar.update)
             translations = done.text.split("\n")
             missing = len(prepared.shape.lines) - len(translations)
             out.write("\n".join(translations + [""] * missing) + "\n")
@@ -126,14 +123,7 @@ def add_translate(sub: Any) -> None:
         help=f"write the translations to FILE (UTF-8), every {CHUNK_LINES} lines as they are done (default: stdout)",
     )
     add_model_flag(p)
-    p.add_argument(
-        "--beam",
-        type=int,
-        choices=range(1, 9),
-        default=None,
-        metavar="1..8",
-        help="beam size; 1 is greedy (default: the folder's, 4 for a trained one)",
-    )
+    add_beam_flag(p)
     p.add_argument(
         "--engine",
         choices=ENGINES,

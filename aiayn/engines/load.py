@@ -37,32 +37,31 @@ def load_engine(
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == TORCH:
         try:
             from aiayn.engines.pytorch import TorchEngine
+            from aiayn.engines.pytorch import resolve_device as torch_device
             from aiayn.model.weights import load_model
         except ImportError as err:
             raise ValueError(
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
-        return TorchEngine(load_model(folder))
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        return TorchEngine(load_model(folder), torch_device(device))
     from aiayn.engines.onnx.engine import OnnxEngine
     from aiayn.engines.onnx.fused import FusedOnnxEngine
-    from aiayn.engines.onnx.sessions import CPU, gpu_unavailable
+    from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
-    if engine == ONNX and variant in FUSED_VARIANTS:
-        # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once;
-        # only a GPU needs the exported graphs, which such a folder does not have yet.
-        exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
-        if device == "cpu" or (device == "auto" and (not exported or gpu_unavailable(1))):
-            return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
-    portable = OnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
-    if engine == ONNX and portable.provider == CPU and variant in FUSED_VARIANTS:
-        return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)  # a GPU failing these graphs
-    return portable
+    fused = engine == ONNX and variant in FUSED_VARIANTS
+    # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once on
+    # the CPU; only a GPU needs the exported graphs, which such a folder does not have yet.
+    exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
+    device = "cpu" if fused and device == "auto" and not exported else resolve_device(device)
+    if fused and device == "cpu":
+        return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
+    return OnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

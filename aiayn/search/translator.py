@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -25,10 +25,32 @@ from aiayn.search.step import StepModel
 MAX_SENTENCES, MAX_TOKENS = 64, 4096
 
 
+MAX_BEAM = 8  # the widest beam a user may ask for: the page's slider, --beam, the JSON route
+
+
 class TextCodec(Protocol):
     def encode_source(self, text: str) -> list[int]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class HasSearchDefaults(Protocol):
+    """A model folder, as far as the search is concerned (``core.folder.ModelFolder``)."""
+
+    def search_defaults(self) -> dict[str, Any]: ...
+
+
+def beam_size_of(value: object) -> int:
+    """A beam size as a user, a request or a folder gave it: a whole number from 1 to ``MAX_BEAM`` (2.0 is 2), else
+    one message for every way it can be wrong (text, None, 2.7, 0, 9)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not float(value).is_integer()
+        or not 1 <= value <= MAX_BEAM
+    ):
+        raise ValueError(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -46,8 +68,7 @@ class SearchSettings:
     max_len: int | None = None
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam size must be at least 1, got {self.beam_size}")
+        beam_size_of(self.beam_size)
         if self.length_normalization not in LENGTH_NORMALIZATIONS:
             raise ValueError(
                 f"length normalization {self.length_normalization!r} is not one of {', '.join(LENGTH_NORMALIZATIONS)}"
@@ -58,6 +79,12 @@ class SearchSettings:
             raise ValueError(f"min_len must be at least 0, got {self.min_len}")
         if self.max_len is not None and self.max_len < max(1, self.min_len):
             raise ValueError(f"max_len must be at least 1 and at least min_len ({self.min_len}), got {self.max_len}")
+
+    @classmethod
+    def of(cls, folder: HasSearchDefaults, **changes: Any) -> Self:
+        """``folder``'s decoding defaults (its length penalty, if tuned on val; an imported checkpoint's beam and
+        normalisation), then ``changes``: a change of None is the folder's default."""
+        return cls(**{**folder.search_defaults(), **{k: v for k, v in changes.items() if v is not None}})
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:

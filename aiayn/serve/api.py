@@ -20,14 +20,13 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from aiayn.serve.batching import SENTENCES_PER_SEARCH
-from aiayn.serve.requests import BadRequest, Direction, beam_size_of, direction_of, directions
+from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
 from aiayn.serve.service import TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 PATH = "/v1/translate"
 MAX_SENTENCES_PER_REQUEST = SENTENCES_PER_SEARCH  # a request's sentences fit one of the batcher's searches
 MAX_BODY_BYTES = 4 * MAX_FILE_CHARS  # UTF-8 text and JSON escapes of MAX_FILE_CHARS characters
-DEFAULT_BEAM = 4
 
 
 class BadBody(ValueError):
@@ -39,7 +38,8 @@ class BadBody(ValueError):
 
 
 def parsed(body: bytes, served: dict[str, Direction]) -> tuple[list[str], Direction, int]:
-    """(sentences, direction, beam) of a request body, or a BadBody that says what is wrong with it."""
+    """(sentences, direction, beam) of a request body, or a BadBody that says what is wrong with it; without a
+    beam, the direction's folder's."""
     if len(body) > MAX_BODY_BYTES:
         raise BadBody(f"the body has {len(body)} bytes; at most {MAX_BODY_BYTES}", 413)
     try:
@@ -67,10 +67,10 @@ def parsed(body: bytes, served: dict[str, Direction]) -> tuple[list[str], Direct
         raise BadBody(f"the sentences have {total} characters together; at most {MAX_FILE_CHARS} per request")
     try:
         direction = direction_of(served, request.get("direction", next(iter(served))))
-        beam = beam_size_of(request.get("beam", DEFAULT_BEAM))
+        beam = beam_of(request.get("beam"))
     except BadRequest as err:
         raise BadBody(str(err)) from None
-    return sentences, direction, beam
+    return sentences, direction, direction.model.search.beam_size if beam is None else beam
 
 
 def json_route(service: TranslationService) -> APIRoute:

@@ -13,17 +13,18 @@ import gradio as gr
 import numpy as np
 
 from aiayn.core.folder import bundled_models
+from aiayn.search.translator import MAX_BEAM
 from aiayn.serve.requests import (
     BadRequest,
     Direction,
     Request,
-    beam_size_of,
+    beam_of,
     checked,
     direction_of,
     directions,
     read_upload,
 )
-from aiayn.serve.service import MAX_BEAM, Attention, LoadedModel, TranslationService
+from aiayn.serve.service import Attention, LoadedModel, TranslationService
 from aiayn.serve.status import refused_line, status_line
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
 
@@ -153,7 +154,7 @@ class Handlers:
         if path is None:
             return None  # the upload was cleared
         try:
-            chosen, beam = direction_of(self.served, direction), beam_size_of(beam_size)
+            chosen, beam = direction_of(self.served, direction), beam_of(beam_size)
             translated = self.service.translate_file(read_upload(path), chosen.name, beam)
         except ValueError as err:  # a BadRequest, a file over MAX_FILE_CHARS, a sentence the model cannot take
             raise user_error(str(err)) from None
@@ -212,7 +213,16 @@ def lay_out(served: dict[str, Direction]) -> Components:
         direction = gr.Dropdown(choices, value=first.value, label="Direction", elem_id="direction", scale=3)
         swap_button = gr.Button("⇄ Swap", elem_id="swap-button", scale=1)
         default_beam = first.model.search.beam_size
-        beam = gr.Slider(1, MAX_BEAM, value=default_beam, step=1, precision=0, label="Beam size (1 = greedy)", scale=3)
+        beam = gr.Slider(
+            1,
+            MAX_BEAM,
+            value=default_beam,
+            step=1,
+            precision=0,
+            label="Beam size (1 = greedy)",
+            elem_id="beam",
+            scale=3,
+        )
     with gr.Row():
         source = gr.Textbox(lines=6, label="Source text", elem_id="source-text")
         output = gr.Textbox(lines=6, label="Translation", elem_id="translation", buttons=["copy"])

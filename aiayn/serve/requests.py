@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
-from aiayn.serve.service import MAX_BEAM, LoadedModel
+from aiayn.search.translator import beam_size_of
+from aiayn.serve.service import LoadedModel
 from aiayn.text.sentences import MAX_CHARS, check_length
 
 
@@ -35,7 +36,7 @@ class Request:
 
     text: str
     model: str  # the name the service loaded it by
-    beam_size: int
+    beam_size: int | None  # None: the folder's own
 
 
 def pair_value(folder: ModelFolder) -> str:
@@ -67,22 +68,18 @@ def direction_of(served: dict[str, Direction], value: Any) -> Direction:
     return served[value]
 
 
-def beam_size_of(value: Any) -> int:
-    """The beam size as a request sent it: a whole number from 1 to MAX_BEAM, else one message for every way it
-    can be wrong (text, None, 2.7, 0, 9; 2.0 is 2)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not float(value).is_integer()
-        or not 1 <= value <= MAX_BEAM
-    ):
-        raise BadRequest(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {value!r}")
-    return int(value)
+def beam_of(value: Any) -> int | None:
+    """The beam size as a request sent it (``search.translator.beam_size_of``), or None (not sent): the folder's."""
+    try:
+        return None if value is None else beam_size_of(value)
+    except ValueError as err:
+        raise BadRequest(str(err)) from None
 
 
 def checked(served: dict[str, Direction], text: Any, direction: Any, beam_size: Any) -> Request:
-    """A request of the page or its API: no text is empty text, at most ``MAX_CHARS`` characters."""
-    chosen, beam = direction_of(served, direction), beam_size_of(beam_size)
+    """A request of the page or its API: no text is empty text, at most ``MAX_CHARS`` characters; no beam size
+    is the folder's."""
+    chosen, beam = direction_of(served, direction), beam_of(beam_size)
     text = "" if text is None else str(text)
     try:
         check_length(text, MAX_CHARS)

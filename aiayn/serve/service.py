@@ -17,8 +17,9 @@ import numpy as np
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import Engine
-from aiayn.engines.load import load_engine, search_settings_for, translator_for
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.search.output import Output, mean_log_prob
+from aiayn.search.translator import SearchSettings
 from aiayn.serve.batching import SearchBatcher
 from aiayn.serve.memory import return_freed_memory
 from aiayn.text.clauses import Clause, ClauseSplitter
@@ -33,7 +34,6 @@ from aiayn.text.sentences import (
     split_long,
 )
 
-MAX_BEAM = 8
 # A translation with fewer tokens than this share of its source's probably left part of it out (on Multi30k val
 # 5% of single captions fall under 0.7 in either direction); sources shorter than SHORT_MIN_SOURCE are not judged.
 SHORT_RATIO, SHORT_MIN_SOURCE = 0.6, 12
@@ -90,7 +90,7 @@ class LoadedModel:
         self.engine = engine
         self.translator = translator_for(folder, engine)
         self.batcher = SearchBatcher(self.translator)
-        self.search = search_settings_for(folder)
+        self.search = SearchSettings.of(folder)
         self.clauses = ClauseSplitter.of(folder, split_clauses)
         self.min_mean_log_prob = folder.min_mean_log_prob()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
@@ -131,27 +131,31 @@ class LoadedModel:
                 clauses += cut
         return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
 
-    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Result:
+    def settings(self, beam_size: int | None) -> SearchSettings:
+        """The folder's search settings with ``beam_size`` (None: the folder's own)."""
+        return self.search if beam_size is None else replace(self.search, beam_size=beam_size)
+
+    def run(
+        self, prepared: Prepared, beam_size: int | None = None, on_batch: Callable[[int], object] | None = None
+    ) -> Result:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
-        settings = replace(self.search, beam_size=beam_size)
         started = time.perf_counter()
-        outputs = self.translator.outputs(prepared.src_ids, settings, on_batch)
+        outputs = self.translator.outputs(prepared.src_ids, self.settings(beam_size), on_batch)
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def translate(self, text: str, beam_size: int) -> Result:
+    def translate(self, text: str, beam_size: int | None = None) -> Result:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
         other requests of the moment (``batching.py``); refused whole if any sentence is."""
         prepared = self.prepare(text)
         refuse_any(prepared.refusals())
-        settings = replace(self.search, beam_size=beam_size)
         started = time.perf_counter()
-        outputs = self.batcher.outputs(prepared.src_ids, settings)
+        outputs = self.batcher.outputs(prepared.src_ids, self.settings(beam_size))
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def submit(self, text: str, beam_size: int) -> tuple[Prepared, Future[list[Output]]]:
+    def submit(self, text: str, beam_size: int | None) -> tuple[Prepared, Future[list[Output]]]:
         """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
         prepared = self.prepare(text)
-        return prepared, self.batcher.submit(prepared.src_ids, replace(self.search, beam_size=beam_size))
+        return prepared, self.batcher.submit(prepared.src_ids, self.settings(beam_size))
 
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines."""
@@ -236,13 +240,13 @@ class TranslationService:
                 return_freed_memory()  # what building the engine's graphs took
             return self.models[name]
 
-    def translate_many(self, requests: Sequence[tuple[str, str, int]]) -> list[Result]:
-        """Requests of the page or the API, each (text, model, beam size), at most ``MAX_CHARS`` characters each:
+    def translate_many(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result]:
+        """Requests of the page or the API, each (text, model, beam size or None for the folder's), at most
+        ``MAX_CHARS`` characters each:
         all handed to their model's batcher before any is waited for, so they are searched together. A sentence
         that cannot be translated (a single word over the token limit) is left out and named in ``refused``.
         The latency covers the search."""
-        for text, _, beam_size in requests:
-            check_beam(beam_size)
+        for text, _, _ in requests:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
@@ -251,32 +255,25 @@ class TranslationService:
         latency_ms = milliseconds_since(started)
         return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
 
-    def translate(self, text: str, model: str, beam_size: int = 4) -> Result:
+    def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""
         result = self.translate_many([(text, model, beam_size)])[0]
         refuse_any(result.refused)
         return result
 
-    def attention(self, text: str, model: str, beam_size: int) -> Attention | None:
+    def attention(self, text: str, model: str, beam_size: int | None = None) -> Attention | None:
         """The heatmap's data, asked for by the page only: the first piece of ``text`` searched again (to the
         output it had, since a search does not depend on its batch), then a forced pass of the decoder over it."""
-        check_beam(beam_size)
         check_length(text)
         loaded = self.model(model)
         prepared = loaded.prepare(text)
         if not prepared.src_ids:
             return None
         first = prepared.src_ids[0]
-        out_ids = loaded.batcher.outputs([first], replace(loaded.search, beam_size=beam_size))[0].tokens
+        out_ids = loaded.batcher.outputs([first], loaded.settings(beam_size))[0].tokens
         return loaded.attention(first, out_ids)
 
-    def translate_file(self, text: str, model: str, beam_size: int = 4) -> str:
+    def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
         """An uploaded file's text, at most ``MAX_FILE_CHARS`` characters, translated line by line."""
-        check_beam(beam_size)
         check_length(text, MAX_FILE_CHARS, "the file")
         return self.model(model).translate(text, beam_size).text
-
-
-def check_beam(beam_size: int) -> None:
-    if not 1 <= beam_size <= MAX_BEAM:
-        raise ValueError(f"beam size must be between 1 and {MAX_BEAM}, got {beam_size}")

@@ -84,7 +84,7 @@ def test_bad_flags_are_refused_by_the_parser(capsys: pytest.CaptureFixture[str],
         main(["translate", *flags, "a dog"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("usage: aiayn translate")
-    assert "invalid" in err or "must be a positive integer" in err
+    assert "invalid" in err or "must be a positive integer" in err or "must be a whole number from 1 to 8" in err
 
 
 def test_non_utf8_input_is_refused(
@@ -105,6 +105,19 @@ def test_cuda_without_a_gpu_is_a_clear_error(bundled: dict[str, Path], capsys: p
         pytest.skip("a GPU runs ONNX Runtime here")
     assert code == 2 and "--device cuda: ONNX Runtime cannot run encoder.onnx on a GPU here" in err
     assert "Traceback" not in err and "[E:onnxruntime" not in err
+
+
+def test_the_torch_engine_runs_on_the_device_asked_or_says_why_not(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("PyTorch sees a GPU here")
+    code, _, err = run_cli(["translate", "--engine", "torch", "--device", "cuda", "A dog."], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "aiayn translate: error: --device cuda: PyTorch sees no GPU here; use --device cpu, or auto to take one "
+        "where found"
+    ]
 
 
 def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str, Path]) -> None:
@@ -178,7 +191,7 @@ def test_an_over_long_word_leaves_its_line_untranslated_and_the_rest_translated(
     assert code == 2 and "Traceback" not in err
     # The sentence with the word is left out of its line (a line of one sentence stays blank); the rest translates.
     assert out.splitlines() == [EXPECTED[0], "", EXPECTED[3], ""]
-    assert "line 2: not translated: a single word of" in err and "line 4: not translated:" in err
+    assert "line 2 not translated: a single word of" in err and "line 4 not translated:" in err
     assert err.splitlines()[-1] == (
         "aiayn translate: error: 2 sentence(s) not translated, on line(s) 2, 4; the rest is translated"
     )

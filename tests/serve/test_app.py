@@ -167,7 +167,6 @@ def test_concurrent_load_matches_serial_answers(server: Any) -> None:
     ("inputs", "message"),
     [
         (("en-de", "abc"), "beam size must be a whole number from 1 to 8, got 'abc'"),
-        (("en-de", None), "beam size must be a whole number from 1 to 8, got None"),
         (("en-de", 2.7), "beam size must be a whole number from 1 to 8, got 2.7"),
         (("en-de", 0), "beam size must be a whole number from 1 to 8, got 0"),
         (("en-de", 2.5), "beam size must be a whole number from 1 to 8, got 2.5"),
@@ -186,6 +185,7 @@ def test_bad_api_inputs_are_refused_by_name_without_a_traceback_in_the_log(
     assert "has 6000 characters; at most 5000" in translate(client, "x" * 6000)[1]
     assert "Traceback" not in server.log.read_text()[len(log_before) :]
     assert translate(client, SENTENCES[0], beam=2.0)[0] == cli_translate(SENTENCES[:1], beam=2)[0]
+    assert client.predict(SENTENCES[0], "en-de", None, api_name="/translate")[0] == cli_translate(SENTENCES[:1])[0]
 
 
 def test_the_api_names_its_parameters_and_both_outputs_and_takes_no_text_as_empty(client: Client) -> None:

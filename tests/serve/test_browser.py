@@ -100,7 +100,7 @@ def test_bad_input_on_the_page_gets_a_message_and_the_page_keeps_working(
     translate_on_page(page, "x" * 10_000)
     expect(status).to_contain_text("not translated: the text has 10000 characters; at most 5000")
     expect(translation).to_have_value("")  # the earlier translation and its timing are not left beside the error
-    expect(page.locator("#heatmap")).to_contain_text("Translate a sentence to see")
+    expect(page.locator("#heatmap")).to_contain_text("Translate a sentence to see", timeout=TIMEOUT_MS)
     long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens
     translate_on_page(page, long_sentence)
     expect(translation).to_have_value(service.translate(long_sentence, "en-de").text)

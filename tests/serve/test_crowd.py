@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
 import pytest
+from gradio_client import Client
 
 import aiayn.serve.page
 from aiayn.bench.crowd import Connection, HttpError, ask_page, crowd, one_at_a_time
+from aiayn.core.folder import SEARCH_SECTION, ModelFolder
 from aiayn.serve.api import json_route
 from aiayn.serve.page import build_app
 from aiayn.serve.server import launch
@@ -41,10 +44,14 @@ def service(bundled: dict[str, Path]) -> TranslationService:
     return TranslationService(device="cpu")
 
 
-def serve(service: TranslationService) -> tuple[gr.Blocks, int]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+def serve(service: TranslationService) -> tuple[gr.Blocks, int]:
+    port = free_port()
     page = build_app(service, ["en-de"])
     launch(page, port=port, routes=[json_route(service)])
     return page, port
@@ -187,3 +194,27 @@ def test_in_a_batch_a_sentence_that_cannot_be_translated_is_left_out_and_named(s
     assert cut.text.split("\n")[0] == service.translate("A dog runs.", "en-de", 4).text and cut.refused
     assert [line for line, _ in cut.refused] == [1] and "line 2 not translated: " in status_line(cut)
     assert whole.text == "Zwei Hunde spielen im Schnee." and not whole.refused
+
+
+def test_a_folders_own_beam_is_the_default_of_the_page_its_api_and_the_json_route(
+    bundled: dict[str, Path], tmp_path: Path
+) -> None:
+    imported = tmp_path / "imported"  # as `aiayn import` writes a checkpoint's own num_beams
+    shutil.copytree(bundled["en-de"], imported)
+    ModelFolder.open(imported).write_section(SEARCH_SECTION, {"beam_size": 2})
+    service = TranslationService(device="cpu")  # serving these two only, as `aiayn serve` would
+    page = build_app(service, [str(imported), "de-en"])
+    port = free_port()
+    launch(page, port=port, routes=[json_route(service)])
+    try:
+        beam = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "beam")
+        assert isinstance(beam, gr.Slider) and beam.value == 2
+        with_two = [service.translate(s, str(imported), 2).text for s in SENTENCES]
+        assert with_two != [service.translate(s, str(imported), 4).text for s in SENTENCES]  # the beam tells
+        answer = asyncio.run(ask_json(port, {"sentences": SENTENCES, "direction": "en-de"}))
+        assert answer == {"translations": with_two, "direction": "en-de", "beam": 2}
+        client = Client(page.local_url, verbose=False)
+        assert client.predict(SENTENCES[1], "en-de", None, api_name="/translate")[0] == with_two[1]
+        assert asyncio.run(ask_json(port, {"sentences": SENTENCES[:1], "direction": "de-en"}))["beam"] == 4
+    finally:
+        page.close()

@@ -14,7 +14,8 @@ from aiayn.serve.server import TESTED_GRADIO, gradio_warning
 ROOT = Path(__file__).resolve().parents[2]
 # In a module that uses Gradio or ONNX Runtime: a private attribute (one underscore) of any object but its own,
 # and Gradio's modules that its documentation does not name (its queue, server messages, data classes, routes).
-PRIVATE = re.compile(r"(?<!self)\.(_[a-z]\w*)\b|from gradio\.(queueing|server_messages|data_classes|route_utils|routes)\b")
+UNDOCUMENTED = "queueing|server_messages|data_classes|route_utils|routes"
+PRIVATE = re.compile(rf"(?<!self)\.(_[a-z]\w*)\b|from gradio\.({UNDOCUMENTED})\b")
 USES = re.compile(r"^\s*(import|from) (gradio|gradio_client|onnxruntime)\b", re.MULTILINE)
 
 

@@ -1,8 +1,8 @@
 """ONNX Runtime sessions for a model folder's graphs: options, devices, and the checks before a run.
 
-Devices: ``cpu``; ``cuda`` (an error if no GPU runs the session); ``auto``
-(CUDA only where a session really runs on it, else CPU, with ONNX Runtime's
-own load errors captured, not shown). Every graph is checked against the
+Devices: ``auto`` is resolved once (``resolve_device``) to ``cuda`` where a session really runs on a GPU, else
+``cpu``, with ONNX Runtime's own load errors captured, not shown; a session is then opened on ``cpu``, or on
+``cuda`` or not at all (``DeviceUnavailable``). Every graph is checked against the
 contract (names, dtypes, fixed sizes) and against the folder it sits in (the
 hashes of the config and weights it was exported from).
 """
@@ -22,6 +22,7 @@ import onnxruntime as ort
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
+from aiayn.engines import DEVICES
 from aiayn.engines.onnx.gather import gather_model
 
 CPU = "CPUExecutionProvider"
@@ -134,19 +135,28 @@ def gpu_unavailable(threads: int) -> str:
     return try_cuda(None, threads, gather_model([("float32", 1)]))[1]
 
 
+def resolve_device(device: str) -> str:
+    """Where ONNX Runtime runs: ``cpu`` or ``cuda`` as asked, and ``auto`` as ``cuda`` where a session really runs
+    on a GPU here, else ``cpu``."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        return "cpu" if gpu_unavailable(1) else "cuda"
+    return device
+
+
 def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
-    """A session of ``model`` (read from ``path``) on ``device``: cpu, cuda (or a DeviceUnavailable error),
-    or auto (CUDA if it really runs)."""
-    if device != "cpu":
-        session, reason = try_cuda(path, threads, model)
-        if session is not None:
-            return session
-        if device == "cuda":
-            raise DeviceUnavailable(
-                f"--device cuda: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
-                "use --device cpu, or auto to take the GPU only where it works"
-            )
-    return open_session(model, [CPU], threads, path=path)
+    """A session of ``model`` (read from ``path``) on ``device`` (a resolved one: cpu, or cuda or a
+    DeviceUnavailable error)."""
+    if device == "cpu":
+        return open_session(model, [CPU], threads, path=path)
+    session, reason = try_cuda(path, threads, model)
+    if session is None:
+        raise DeviceUnavailable(
+            f"--device {device}: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
+            "use --device cpu, or auto to take the GPU only where it works"
+        )
+    return session
 
 
 def graph_problems(session: ort.InferenceSession, spec: GraphSpec) -> list[str]:
