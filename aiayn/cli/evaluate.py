@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from aiayn.cli.args import add_beam_flag, add_data_flag, add_device_flag, add_model_flag, float_list, positive_int
 from aiayn.core.contract import VARIANTS
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
-from aiayn.engines.load import ENGINES, installed_engine, load_engine, search_settings_for, translator_for
+from aiayn.engines.load import ENGINES, installed_engine, load_engine, translator_for
+from aiayn.search.translator import SearchSettings
 
 if TYPE_CHECKING:
     from aiayn.core.folder import ModelFolder
@@ -32,7 +33,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
     translator = translator_for(folder, engine)
     if args.beam is None:  # the folder's own: an imported checkpoint's num_beams, else 4
-        args.beam = search_settings_for(folder).beam_size
+        args.beam = SearchSettings.of(folder).beam_size
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)
         return
@@ -44,7 +45,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(f"kept {best} in {folder.config_file} (search.length_penalty)")
         return
     changes = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
-    settings = search_settings_for(folder, beam_size=args.beam, **changes)
+    settings = SearchSettings.of(folder, beam_size=args.beam, **changes)
     result = evaluate(translator, corpus, settings)
     summary = {
         "model": str(folder.path),
@@ -81,7 +82,7 @@ def calibrate(folder: ModelFolder, translator: Translator, corpus: ParallelCorpu
     sources = [translator.source_ids(text) for text in corpus.src]
     with tqdm(total=len(sources), unit="sent", desc="val", file=sys.stderr) as bar:
         section = calibrate_confidence(
-            folder, translator, sources, search_settings_for(folder, beam_size=beam), corpus.split, bar.update
+            folder, translator, sources, SearchSettings.of(folder, beam_size=beam), corpus.split, bar.update
         )
     flagged = round(section["flagged_share_on_val"] * section["sentences"])
     print(

@@ -1,16 +1,15 @@
 """Opening a model folder for translation: its step engine by name (ONNX Runtime, or PyTorch where it is
-installed), the translator over an engine, and the folder's decoding defaults."""
+installed), and the translator over an engine."""
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import replace
 from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ENGINES, ONNX, TORCH, Engine, default_cores
-from aiayn.search.translator import SearchSettings, Translator
+from aiayn.search.translator import Translator
 
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
 
@@ -67,9 +66,3 @@ def load_engine(
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:
     """Text in, text out over ``engine`` with ``folder``'s tokenizer and length limit, in the engine's lanes."""
     return Translator(engine, folder.tokenizer, folder.config.max_len, lanes=engine.lanes, **batching)
-
-
-def search_settings_for(folder: ModelFolder, **changes: Any) -> SearchSettings:
-    """``folder``'s decoding defaults (its length penalty, if tuned on val; an imported checkpoint's beam and
-    normalisation), then ``changes`` (a change of None keeps the default)."""
-    return replace(SearchSettings(**folder.search_defaults()), **{k: v for k, v in changes.items() if v is not None})

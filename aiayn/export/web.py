@@ -29,10 +29,9 @@ from aiayn.core.contract import (
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
 from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
-from aiayn.engines.load import search_settings_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
-from aiayn.search.translator import MAX_SENTENCES, MAX_TOKENS
+from aiayn.search.translator import MAX_SENTENCES, MAX_TOKENS, SearchSettings
 from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, ClauseSplitter
 from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 
@@ -45,7 +44,7 @@ VARIANT = "fp32"
 
 def web_section(folder: ModelFolder) -> dict[str, Any]:
     """What the page's modules need beyond the model's config: graph and tensor names, and the CLI's text rules."""
-    config, splitter, settings = folder.config, ClauseSplitter.of(folder), search_settings_for(folder)
+    config, splitter, settings = folder.config, ClauseSplitter.of(folder), SearchSettings.of(folder)
     points = code_points()
     return {
         "variant": VARIANT,

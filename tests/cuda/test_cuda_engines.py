@@ -28,13 +28,14 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
-from aiayn.engines.load import search_settings_for, translator_for
+from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
 from aiayn.search.step import StepModel
+from aiayn.search.translator import SearchSettings
 
 pytestmark = pytest.mark.cuda
 
@@ -66,7 +67,7 @@ def translate_ids(engine: StepModel[Any], folder: Path, beam: int, sentences: in
     model = ModelFolder.open(folder)
     translator = translator_for(model, engine)
     src_ids = [translator.source_ids(s) for s in flickr(folder, sentences).src]
-    return translator.translate_ids(src_ids, search_settings_for(model, beam_size=beam))
+    return translator.translate_ids(src_ids, SearchSettings.of(model, beam_size=beam))
 
 
 @functools.cache

@@ -11,7 +11,6 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
-from aiayn.engines.load import search_settings_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.evaluation.evaluate import tune_length_penalty
 from aiayn.search.translator import SearchSettings, Translator
@@ -26,8 +25,8 @@ def folder(tiny_folder: Path, tmp_path: Path) -> Path:
 
 
 def test_a_folder_without_a_tuned_value_uses_the_papers(folder: Path) -> None:
-    assert search_settings_for(ModelFolder.open(folder)) == SearchSettings(beam_size=4, length_penalty=0.6)
-    assert search_settings_for(ModelFolder.open(folder), beam_size=2, length_penalty=1.0).length_penalty == 1.0
+    assert SearchSettings.of(ModelFolder.open(folder)) == SearchSettings(beam_size=4, length_penalty=0.6)
+    assert SearchSettings.of(ModelFolder.open(folder), beam_size=2, length_penalty=1.0).length_penalty == 1.0
 
 
 def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path) -> None:
@@ -44,7 +43,7 @@ def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path
         "2.0",
     }
     assert after["model"] == before["model"] and after["onnx"] == before["onnx"]  # the graphs' stamps still match
-    tuned = search_settings_for(ModelFolder.open(folder), beam_size=2)
+    tuned = SearchSettings.of(ModelFolder.open(folder), beam_size=2)
     assert tuned == SearchSettings(beam_size=2, length_penalty=best)
     assert TranslationService(device="cpu").model(str(folder)).search.length_penalty == best
 

@@ -12,9 +12,10 @@ import pytest
 
 from aiayn.core.folder import CONFIDENCE_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines.load import load_engine, search_settings_for, translator_for
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.evaluation.confidence import FLAGGED_SHARE, calibrate_confidence
 from aiayn.search.output import Output
+from aiayn.search.translator import SearchSettings
 from aiayn.serve.service import LoadedModel, Result, TranslationService, unsure_lines
 
 OUT_OF_DOMAIN = [line.split("\t") for line in (Path(__file__).parent / "out_of_domain.tsv").read_text().splitlines()]
@@ -69,7 +70,7 @@ def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder
     translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
     words = "the red cat sleeps on old chair a small dog runs after two blue birds".split()
     sources = [translator.source_ids(" ".join(words[i : i + 1 + i % 5])) for i in range(len(words))] * 3
-    settings = search_settings_for(folder, beam_size=1, max_extra_len=5)
+    settings = SearchSettings.of(folder, beam_size=1, max_extra_len=5)
     section = calibrate_confidence(folder, translator, sources, settings, "val")
     reopened = ModelFolder.open(path)
     assert reopened.section(CONFIDENCE_SECTION) == section and section["sentences"] == len(sources)
