@@ -14,8 +14,8 @@ from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
 
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
-# written: 2 048 rather than 256 keeps both lanes busy across a chunk (a 3 400-line file: 0.87× CTranslate2 rather
-# than 0.79×, greedy, whole process) and batches by length over a wider window.
+# written: a chunk this long keeps both lanes busy across it and batches by length over a wide window (256 was
+# measurably slower on a long file: docs/speed.md).
 CHUNK_LINES = 2048
 
 
@@ -77,29 +77,31 @@ def cmd_translate(args: argparse.Namespace) -> None:
     # length, and its translations written (and flushed) before the next chunk starts.
     chunks = [model.prepare(lines[start : start + CHUNK_LINES]) for start in range(0, len(lines), CHUNK_LINES)]
     left_out: set[str] = set()
-    kept, short, unsure, refused = 0, [], [], []
+    unchanged, short, unsure, refused = 0, [], [], []
     total = sum(len(chunk.src_ids) for chunk in chunks)
     progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
     with progress as bar, open_output(args.output) as out:
         for number, prepared in enumerate(chunks):
             done = model.run(prepared, args.beam, on_batch=bar.update)
             translations = done.text.split("\n")
-            missing = len(prepared.shape.lines) - len(translations)
+            missing = len(prepared.layout.lines) - len(translations)
             out.write("\n".join(translations + [""] * missing) + "\n")
             out.flush()
             left_out.update(done.left_out)
-            kept += done.kept
+            unchanged += done.unchanged
             short += [number * CHUNK_LINES + line + 1 for line in done.short_lines]
             unsure += [number * CHUNK_LINES + line + 1 for line in done.unsure_lines]
             refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in done.refused]
-    report(sorted(left_out), kept, short, unsure, refused)
+    report(sorted(left_out), unchanged, short, unsure, refused)
 
 
-def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]) -> None:
+def report(
+    left_out: list[str], unchanged: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]
+) -> None:
     """What the translation left out or kept, on stderr (lines from 1); lines not translated end it with an error."""
     from aiayn.serve.status import notes
 
-    for note in notes(left_out, kept, short, unsure, refused):
+    for note in notes(left_out, unchanged, short, unsure, refused):
         print(note, file=sys.stderr)
     if refused:
         numbers = ", ".join(str(line) for line, _ in refused)

@@ -2,7 +2,7 @@
 
 Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
 releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
-thread. A large batch is cut where that lightens the busiest lane (``spread``): a sentence's search does not
+thread. A large batch is cut where that lightens the busiest lane (``split_for_lanes``): a sentence's search does not
 depend on the sentences batched with it, so the outputs do not depend on the number of lanes.
 """
 
@@ -22,7 +22,7 @@ from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
 # A length batch holds at most this many sentences and this many padded source tokens.
-MAX_SENTENCES, MAX_TOKENS = 64, 4096
+LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS = 64, 4096
 
 
 MAX_BEAM = 8  # the widest beam a user may ask for: the page's slider, --beam, the JSON route
@@ -119,7 +119,7 @@ def busiest_lane(batches: list[list[int]], lanes: int) -> int:
     return max(loads)
 
 
-def spread(batches: list[list[int]], lanes: int) -> list[list[int]]:
+def split_for_lanes(batches: list[list[int]], lanes: int) -> list[list[int]]:
     """``batches`` with the largest halved (its two halves stay similar in length) for as long as that lightens the
     busiest lane: a single batch, or a full one beside a short one, no longer leaves a core waiting, while batches
     that already keep every lane busy stay whole. A sentence's search does not depend on its batch, so the outputs
@@ -149,8 +149,8 @@ class Translator:
         engine: StepModel[Any],
         tokenizer: TextCodec,
         max_src_len: int,
-        max_sentences: int = MAX_SENTENCES,
-        max_tokens: int = MAX_TOKENS,
+        max_sentences: int = LENGTH_BATCH_SENTENCES,
+        max_tokens: int = LENGTH_BATCH_TOKENS,
         lanes: int = 1,
     ) -> None:
         if lanes < 1:
@@ -181,7 +181,9 @@ class Translator:
     ) -> list[Output]:
         """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
         outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
-        batches = spread(length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes)
+        batches = split_for_lanes(
+            length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes
+        )
 
         def search(batch: list[int]) -> list[Output]:
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)

@@ -34,9 +34,9 @@ from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
 # prepare the next while one is searched.
 BATCH_SIZE = 128
 BATCHES_AT_ONCE = 2
-# The queue's bound: about 30 s of work at the page's measured rate (~60 one-sentence beam-4 answers a second at
-# 200 visitors on two busy cores, docs/serve.md), and within what Gradio keeps a message queue for (its 2 000
-# most recent sessions; each request that waits or runs needs its own): 1 700 + 2 batches of 128 < 2 000.
+# The queue's bound: about 30 s of work at the page's measured rate on two cores (docs/serve.md, A crowd), and
+# within what Gradio keeps a message queue for (its 2 000 most recent sessions; each request that waits or runs
+# needs its own): 1 700 + 2 batches of 128 < 2 000.
 MAX_WAITING = 1700
 HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
 VAL_EXAMPLES = 6

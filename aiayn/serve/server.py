@@ -25,7 +25,8 @@ MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHA
 # switching the heatmap's head asks to translate again.
 SESSIONS_KEPT = 100
 # Gradio's queue rebuilds a pandas summary of its last 10 000 events after every batch, for a monitoring page this
-# server does not open (~1 ms of CPU per answer at 200 visitors): it keeps 100, and never summarises them.
+# server does not open, its cost growing with the traffic: through Gradio's environment variables it keeps 100,
+# and never summarises them.
 GRADIO_SETTINGS = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": str(2**62)}
 
 

@@ -52,16 +52,16 @@ class Attention:
 class Prepared:
     """A text cut into what the search gets: token ids of each sentence, or of each piece of a long one."""
 
-    shape: Layout
+    layout: Layout
     src_ids: list[list[int]]
-    owner: list[int]  # piece → index of its sentence in ``shape.sentences``
+    sentence_of: list[int]  # piece → index of its sentence in ``layout.sentences``
     clauses: list[Clause]  # piece → the clause it searches (a whole sentence unless clauses.py split it)
     left_out: list[str]  # characters outside the vocabulary, removed from the sentences translated
     refused: dict[int, str]  # sentence index → why it cannot be translated (a single word over the token limit)
 
     def refusals(self) -> list[tuple[int, str]]:
         """(line index, reason) for each refused sentence, in the order of the text."""
-        return [(i, self.refused[s]) for i, line in enumerate(self.shape.lines) for s in line if s in self.refused]
+        return [(i, self.refused[s]) for i, line in enumerate(self.layout.lines) for s in line if s in self.refused]
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Result:
     latency_ms: float  # the search's, for every request searched together with this one
     sentences: int
     left_out: list[str]
-    kept: int  # sentences without a single known word, passed through as they are
+    unchanged: int  # sentences without a single known word, passed through as they are
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
@@ -106,14 +106,14 @@ class LoadedModel:
         """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
         out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is.
         A sentence that cannot be cut to the token limit is refused alone, so the rest still translates."""
-        shape = layout(text, self.config.src_lang)
-        unknown = self.tokenizer.unknown_characters(" ".join(shape.sentences))
+        laid_out = layout(text, self.config.src_lang)
+        unknown = self.tokenizer.unknown_characters(" ".join(laid_out.sentences))
         src_ids: list[list[int]] = []
-        owner: list[int] = []
+        sentence_of: list[int] = []
         clauses: list[Clause] = []
         left_out: set[str] = set()
         refused: dict[int, str] = {}
-        for index, sentence in enumerate(shape.sentences):
+        for index, sentence in enumerate(laid_out.sentences):
             known = " ".join("".join(ch for ch in sentence if ch not in unknown).split())
             if not any(ch.isalnum() for ch in known):
                 continue
@@ -127,9 +127,9 @@ class LoadedModel:
                 whole = self.translator.source_ids(piece)
                 cut = self.clauses.split(piece, len(whole))
                 src_ids += [whole] if len(cut) == 1 else [self.translator.source_ids(c.query()) for c in cut]
-                owner += [index] * len(cut)
+                sentence_of += [index] * len(cut)
                 clauses += cut
-        return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
+        return Prepared(laid_out, src_ids, sentence_of, clauses, sorted(left_out), refused)
 
     def settings(self, beam_size: int | None) -> SearchSettings:
         """The folder's search settings with ``beam_size`` (None: the folder's own)."""
@@ -160,19 +160,19 @@ class LoadedModel:
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines."""
         out_ids = [output.tokens for output in outputs]
-        per_sentence = list(prepared.shape.sentences)
-        for index in {*prepared.owner, *prepared.refused}:
+        per_sentence = list(prepared.layout.sentences)
+        for index in {*prepared.sentence_of, *prepared.refused}:
             per_sentence[index] = ""
-        for index, clause, ids in zip(prepared.owner, prepared.clauses, out_ids, strict=True):
+        for index, clause, ids in zip(prepared.sentence_of, prepared.clauses, out_ids, strict=True):
             piece = self.clauses.render(clause, self.tokenizer.decode(ids))
             per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
         return Result(
-            reassemble(prepared.shape, per_sentence) if per_sentence else "",
+            reassemble(prepared.layout, per_sentence) if per_sentence else "",
             self.provider,
             latency_ms,
             len(per_sentence),
             prepared.left_out,
-            len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
+            len(per_sentence) - len(set(prepared.sentence_of)) - len(prepared.refused),
             short_lines(prepared, out_ids),
             unsure_lines(prepared, outputs, self.min_mean_log_prob),
             prepared.refusals(),
@@ -201,11 +201,11 @@ def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
     """Lines with a sentence whose output has under ``SHORT_RATIO`` of its source's tokens (pieces summed)."""
     source: Counter[int] = Counter()
     output: Counter[int] = Counter()
-    for sentence, src, out in zip(prepared.owner, prepared.src_ids, out_ids, strict=True):
+    for sentence, src, out in zip(prepared.sentence_of, prepared.src_ids, out_ids, strict=True):
         source[sentence] += len(src) - 1  # without </s>
         output[sentence] += len(out)
     short = {i for i, n in source.items() if n >= SHORT_MIN_SOURCE and output[i] < SHORT_RATIO * n}
-    return [number for number, line in enumerate(prepared.shape.lines) if short.intersection(line)]
+    return [number for number, line in enumerate(prepared.layout.lines) if short.intersection(line)]
 
 
 def unsure_lines(prepared: Prepared, outputs: list[Output], min_mean_log_prob: float | None) -> list[int]:
@@ -215,10 +215,10 @@ def unsure_lines(prepared: Prepared, outputs: list[Output], min_mean_log_prob: f
     if min_mean_log_prob is None:
         return []
     pieces: dict[int, list[Output]] = {}
-    for sentence, output in zip(prepared.owner, outputs, strict=True):
+    for sentence, output in zip(prepared.sentence_of, outputs, strict=True):
         pieces.setdefault(sentence, []).append(output)
     unsure = {i for i, own in pieces.items() if mean_log_prob(own) < min_mean_log_prob}
-    return [number for number, line in enumerate(prepared.shape.lines) if unsure.intersection(line)]
+    return [number for number, line in enumerate(prepared.layout.lines) if unsure.intersection(line)]
 
 
 class TranslationService:

@@ -41,7 +41,7 @@ def from_one(result: Result) -> tuple[list[str], int, list[int], list[int], list
     """``notes``' arguments for one result, its lines counted from 1."""
     return (
         result.left_out,
-        result.kept,
+        result.unchanged,
         [line + 1 for line in result.short_lines],
         [line + 1 for line in result.unsure_lines],
         [(line + 1, reason) for line, reason in result.refused],

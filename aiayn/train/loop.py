@@ -38,9 +38,9 @@ from aiayn.train.start import (
     LAST_CHECKPOINT,
     RESUME_FIX,
     Start,
+    choose_start,
     continued_config,
     continued_search,
-    decide,
     preset_config,
 )
 from aiayn.train.step import accumulate_gradients
@@ -99,7 +99,7 @@ class Trainer:
         if self.world_size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.precision = resolve_precision(options.precision, self.device)
-        start = decide(options.resume, Path(options.out), options.init_from)
+        start = choose_start(options.resume, Path(options.out), options.init_from)
         parent = ModelFolder.open(options.init_from) if start is Start.CONTINUE and options.init_from else None
         self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
         self.checkpoint_dir = self.folder.checkpoint_dir

@@ -125,7 +125,7 @@ def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str
     plain = model.translate("A dog runs on the beach.", 4).text
     with_emoji = model.translate("A dog 🐕 runs on the beach. Привет!", 4)
     assert with_emoji.text == f"{plain} Привет!"  # the emoji left out and said so; the Russian kept as is
-    assert with_emoji.left_out == ["🐕"] and with_emoji.kept == 1
+    assert with_emoji.left_out == ["🐕"] and with_emoji.unchanged == 1
     long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens, one sentence
     pieces = split_long(long_sentence, model.count_tokens)
     assert len(pieces) >= 3 and " ".join(pieces) == long_sentence

@@ -41,7 +41,7 @@ def test_a_line_the_model_is_unsure_of_is_named_on_the_page_and_the_cli(
 def test_a_sentence_is_judged_on_all_its_pieces_and_a_line_on_each_sentence(bundled: dict[str, Path]) -> None:
     model = TranslationService().model(str(bundled["en-de"]))
     prepared = model.prepare("A dog runs. A cat sleeps.\nA bird sings.")
-    assert prepared.owner == [0, 1, 2]
+    assert prepared.sentence_of == [0, 1, 2]
     sure, unsure = Output([5, 6, 7], -0.3, True), Output([5, 6, 7], -4.0, True)
     assert unsure_lines(prepared, [sure, sure, sure], -0.5) == []
     assert unsure_lines(prepared, [sure, unsure, sure], -0.5) == [0]  # one sentence of the line is enough

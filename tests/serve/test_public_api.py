@@ -45,3 +45,16 @@ def test_a_gradio_release_outside_the_tested_range_is_named_at_start(version: st
     low, high = TESTED_GRADIO
     if warning is not None:
         assert version in warning and f"gradio>={low[0]}.{low[1]},<{high[0]}.{high[1]}" in warning
+
+
+def test_no_function_of_the_serving_package_is_over_60_lines() -> None:
+    import ast
+
+    long = [
+        f"{path.name}:{node.name} has {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted((ROOT / "aiayn" / "serve").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert long == []

@@ -49,13 +49,12 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
     options.inter_op_num_threads = 1
     options.log_severity_level = log_severity
     # Idle threads sleep instead of spinning: with several requests at once on few cores, spinning threads
-    # take the cores from the working ones (about half the throughput with 4 concurrent requests on 2 cores).
-    # One stream of work gains nothing measurable from per-session spinning either (aiayn bench, 2 cores); a
-    # process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session (README, Speed).
+    # take the cores from the working ones. One stream of work gains nothing measurable from per-session spinning
+    # either; a process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session
+    # (docs/speed.md has the figures).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # No CPU memory arena: the arena keeps, for the life of the session, room for the largest tensors any batch
-    # needed (+60 MiB for the page's two models after a few batches of 32 sentences at beam 4), where malloc
-    # hands freed memory back. docs/speed.md, Memory.
+    # needed, where malloc hands freed memory back (docs/speed.md, Memory).
     options.enable_cpu_mem_arena = False
     return options
 
