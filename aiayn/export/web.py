@@ -31,7 +31,7 @@ from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_ti
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
-from aiayn.search.translator import MAX_SENTENCES, MAX_TOKENS, SearchSettings
+from aiayn.search.translator import LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS, SearchSettings
 from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, ClauseSplitter
 from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 
@@ -84,8 +84,8 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "length_penalty": settings.length_penalty,
         "length_normalization": settings.length_normalization,
         "max_extra_len": settings.max_extra_len,
-        "max_sentences": MAX_SENTENCES,
-        "max_tokens": MAX_TOKENS,
+        "max_sentences": LENGTH_BATCH_SENTENCES,
+        "max_tokens": LENGTH_BATCH_TOKENS,
     }
 
 
