@@ -81,10 +81,6 @@ class SubwordTokenizer:
         """What the encoder reads, as in training: the subwords of ``text`` followed by ``</s>``."""
         return [*self.encode(text), self.eos_id]
 
-    def encode_source_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        eos = self.eos_id
-        return [[*ids, eos] for ids in self.encode_batch(texts)]
-
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``; special tokens are dropped, so a model's raw output can be passed as is."""
         return self.tokenizer.decode(self._checked(ids), skip_special_tokens=True)
