@@ -125,7 +125,8 @@ def test_gather_graph_is_valid_onnx_and_selects_rows() -> None:
 def test_a_session_of_a_serialized_graph_does_not_keep_its_bytes() -> None:
     model = gather_model([("float32", 2)])
     session = inference_session(model, session_options(1), ["CPUExecutionProvider"])
-    assert not any(value is model for value in vars(session).values())  # ONNX Runtime keeps what it is given
+    kept = [value for value in vars(session).values() if isinstance(value, bytes) and len(value) >= len(model)]
+    assert kept == []  # ONNX Runtime keeps the bytes it is given, and only the path of a file
     rows = np.array([1, 0])
     (out,) = session.run(None, {"data_0": np.eye(2, dtype=np.float32), "rows": rows})
     assert np.array_equal(out, np.eye(2, dtype=np.float32)[rows])

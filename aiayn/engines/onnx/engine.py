@@ -83,7 +83,7 @@ class OnnxEngine:
         folder.check_weights()  # else a damaged file shows up as a hash mismatch that blames the graphs
         config = folder.config
         threads = threads or default_cores()
-        encoder = open_on_device(files[0], files[0].read_bytes(), device, threads)
+        encoder = open_on_device(files[0], files[0], device, threads)
         decoder = open_on_device(files[1], with_top_k_head(files[1].read_bytes()), device, threads)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),

@@ -60,15 +60,18 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
 
 
 def inference_session(model: Path | bytes, options: ort.SessionOptions, providers: Providers) -> ort.InferenceSession:
-    """A session of a graph file or of a serialized graph, without the graph's bytes.
+    """A session of a graph file, or of a serialized graph by way of a temporary file.
 
-    ONNX Runtime's Python session keeps the bytes it was built from for as long as it lives (its own TODO says
-    so), only to rebuild itself should its providers change, which nothing here asks: dropped once the session
-    is built, they free 34 MiB a model for the serving graphs. A test checks that no attribute still holds them.
+    ONNX Runtime's Python session keeps the bytes it is built from for as long as it lives, only to rebuild itself
+    should its providers change, which nothing here asks; built from a file it keeps the path alone. So a
+    serialized graph (the contract's decoder with its TopK head, a Gather graph) is written out first.
     """
-    session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options, providers=providers)
-    session._model_bytes = None
-    return session
+    if isinstance(model, bytes):
+        with tempfile.TemporaryDirectory(prefix="aiayn-graph-") as directory:
+            path = Path(directory) / "graph.onnx"
+            path.write_bytes(model)
+            return inference_session(path, options, providers)
+    return ort.InferenceSession(str(model), options, providers=providers)
 
 
 @contextmanager
@@ -109,7 +112,7 @@ def open_session(
         raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
 
 
-def try_cuda(path: Path | None, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
+def try_cuda(path: Path | None, threads: int, model: Path | bytes) -> tuple[ort.InferenceSession | None, str]:
     """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw);
     ``path`` names the file ``model`` came from, if any."""
     if CUDA not in ort.get_available_providers():
@@ -144,7 +147,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
+def open_on_device(path: Path, model: Path | bytes, device: str, threads: int) -> ort.InferenceSession:
     """A session of ``model`` (read from ``path``) on ``device`` (a resolved one: cpu, or cuda or a
     DeviceUnavailable error)."""
     if device == "cpu":
