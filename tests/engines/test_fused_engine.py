@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 from aiayn.core.config import ModelConfig
-from aiayn.core.contract import OPSET, serving_decoder_spec, serving_encoder_spec
+from aiayn.core.contract import OPSET
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
@@ -27,6 +27,7 @@ from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.fused import FusedOnnxEngine
 from aiayn.engines.onnx.serving_graphs import ExternalWeights, GraphBuilder, two_stage_top_k
+from aiayn.engines.onnx.serving_spec import serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import check_built_graph, graph_problems
 from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings

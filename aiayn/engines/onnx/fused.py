@@ -35,6 +35,7 @@ from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, default_cores
+from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
@@ -129,8 +130,8 @@ class FusedOnnxEngine:
         )
         self.encoder = open_session(encoder, [CPU], threads)
         self.decoder = open_session(decoder, [CPU], threads)
-        check_built_graph(self.encoder, contract.serving_encoder_spec(config))
-        check_built_graph(self.decoder, contract.serving_decoder_spec(config))
+        check_built_graph(self.encoder, serving_spec.serving_encoder_spec(config))
+        check_built_graph(self.decoder, serving_spec.serving_decoder_spec(config))
 
     @classmethod
     def load(
@@ -167,7 +168,7 @@ class FusedOnnxEngine:
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
         binding.bind_ortvalue_input(contract.SRC_IDS, values[0])
         binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
-        binding.bind_ortvalue_output(contract.CROSS_KV, values[2])
+        binding.bind_ortvalue_output(serving_spec.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
         return state_of(Batch(cross, src_mask), np.arange(batch))
 
@@ -196,9 +197,9 @@ class FusedOnnxEngine:
             return value
 
         bind_input(contract.TGT_IDS, batch.ids)
-        bind_input(contract.SEQLENS_K, batch.seqlens)
-        bind_input(contract.TOTAL_LEN, batch.total_len)
-        bind_input(contract.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input(serving_spec.SEQLENS_K, batch.seqlens)
+        bind_input(serving_spec.TOTAL_LEN, batch.total_len)
+        bind_input(serving_spec.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
         bind_input(contract.SRC_MASK, batch.src_mask)
         for name, cross in zip(self.cross_names, batch.cross, strict=True):
             bind_input(name, cross)
