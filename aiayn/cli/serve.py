@@ -130,8 +130,8 @@ def add_translate(sub: Any) -> None:
         "--engine",
         choices=ENGINES,
         default="onnx",
-        help="onnx: the fastest ONNX Runtime graphs for the device; onnx-portable: the contract's graphs; "
-        "torch: needs the [train] extra",
+        help="onnx: the fastest ONNX Runtime engine for the device; onnx-serving: the serving graphs built from the "
+        "weights (CPU); onnx-portable: the contract's graphs; torch: needs the [train] extra",
     )
     add_engine_flags(p)
     add_clauses_flag(p)

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ENGINES, ONNX, TORCH, Engine, default_cores
+from aiayn.engines import ENGINES, ONNX, ONNX_SERVING, TORCH, Engine, default_cores
 from aiayn.search.translator import Translator
 
 FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
@@ -48,19 +48,23 @@ def load_engine(
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
         return TorchEngine(load_model(folder), torch_device(device))
-    from aiayn.engines.onnx.engine import OnnxEngine
-    from aiayn.engines.onnx.fused import FusedOnnxEngine
+    from aiayn.engines.onnx.engine import PortableOnnxEngine
+    from aiayn.engines.onnx.fused import ServingOnnxEngine
     from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
+    if engine == ONNX_SERVING:
+        if device == "cuda" or variant not in FUSED_VARIANTS:
+            raise ValueError(f"the {ONNX_SERVING} engine runs fp32 or int8 on the CPU; use --engine onnx for a GPU")
+        return ServingOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
     fused = engine == ONNX and variant in FUSED_VARIANTS
     # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once on
     # the CPU; only a GPU needs the exported graphs, which such a folder does not have yet.
     exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
     device = "cpu" if fused and device == "auto" and not exported else resolve_device(device)
     if fused and device == "cpu":
-        return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
-    return OnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
+        return ServingOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
+    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

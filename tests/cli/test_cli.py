@@ -42,7 +42,7 @@ def test_standard_input_line_for_line(bundled: dict[str, Path]) -> None:
         check=True,
     )
     assert result.stdout.splitlines() == EXPECTED
-    assert "engine onnx, execution provider: CPUExecutionProvider" in result.stderr  # the engine as it was named
+    assert "engine onnx-serving, execution provider: CPUExecutionProvider" in result.stderr  # the engine it took
 
 
 def test_a_file_with_a_progress_bar_and_the_torch_engine_agrees(

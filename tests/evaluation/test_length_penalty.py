@@ -11,7 +11,7 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.evaluation.evaluate import tune_length_penalty
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.service import TranslationService
@@ -30,7 +30,9 @@ def test_a_folder_without_a_tuned_value_uses_the_papers(folder: Path) -> None:
 
 
 def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path) -> None:
-    translator = Translator(OnnxEngine.load(folder, device="cpu"), SubwordTokenizer.load(folder / "tokenizer.json"), 64)
+    translator = Translator(
+        PortableOnnxEngine.load(folder, device="cpu"), SubwordTokenizer.load(folder / "tokenizer.json"), 64
+    )
     before = json.loads((folder / "config.json").read_text())
     val = ParallelCorpus(SENTENCES, SENTENCES, "en", "de", "val")
     bleu = tune_length_penalty(ModelFolder.open(folder), translator, val, 3, [0.6, 1.2, 2.0])

@@ -42,7 +42,7 @@ from aiayn.engines.state import DecoderState
 VARIANT_FLAGS = {"fp32": "", "int8": " --quantize int8", "fp16": " --fp16"}  # what `aiayn export` needs for each
 
 
-class OnnxEngine:
+class PortableOnnxEngine:
     """Encoder and decoder sessions of a model folder; an ``aiayn.engines.Engine``."""
 
     name = ONNX_PORTABLE
@@ -67,7 +67,7 @@ class OnnxEngine:
         threads: int | None = None,
         io_binding: bool | None = None,
         lanes: int = 1,
-    ) -> OnnxEngine:
+    ) -> PortableOnnxEngine:
         """Open and check a model folder's graphs; ``variant`` picks the fp32, int8 or fp16 files.
 
         ``threads`` is ONNX Runtime's intra-op thread count per graph (default: the cores, at most 4); ``lanes``

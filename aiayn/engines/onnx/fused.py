@@ -34,9 +34,9 @@ from safetensors.numpy import load_file
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX, default_cores
+from aiayn.engines import ONNX_SERVING, default_cores
 from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
@@ -102,10 +102,10 @@ def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
     return FusedState(batch, rows, batch.version, identity)
 
 
-class FusedOnnxEngine:
+class ServingOnnxEngine:
     """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
 
-    name = ONNX
+    name = ONNX_SERVING
 
     def __init__(
         self,
@@ -120,7 +120,7 @@ class FusedOnnxEngine:
         self.folder, self.config = folder, config
         self.provider = CPU
         self.threads, self.lanes = threads, lanes
-        self.attention_engine: OnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = config.never_generate
@@ -140,7 +140,7 @@ class FusedOnnxEngine:
         threads: int | None = None,
         int8: bool = False,
         lanes: int = 1,
-    ) -> FusedOnnxEngine:
+    ) -> ServingOnnxEngine:
         """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
         ``int8`` quantizes their weights (``quantize.py``). ``lanes`` searches may run it at once, each on
         ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
@@ -277,7 +277,7 @@ class FusedOnnxEngine:
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
         """The attention view, from the contract's decoder (which outputs it): (batch, heads, out_len, src_len)."""
         if self.attention_engine is None:
-            self.attention_engine = OnnxEngine.load(self.folder, device="cpu", threads=self.threads)
+            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=self.threads)
         return self.attention_engine.cross_attention(src_ids, out_ids)
 
     # -- row selection -----------------------------------------------------------------------------------
