@@ -84,7 +84,11 @@ class PortableOnnxEngine:
         config = folder.config
         threads = threads or default_cores()
         encoder = open_on_device(files[0], files[0], device, threads)
-        decoder = open_on_device(files[1], with_top_k_head(files[1].read_bytes()), device, threads)
+        try:
+            headed = with_top_k_head(files[1].read_bytes())
+        except ValueError as err:  # what ONNX Runtime would refuse too, found as the head is added
+            raise ValueError(f"ONNX Runtime cannot load {files[1]}: {err}; {fix}") from None
+        decoder = open_on_device(files[1], headed, device, threads)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),
             (decoder, decoder_with_top_k_spec(config), files[1]),

@@ -27,7 +27,10 @@ def with_top_k_head(decoder: bytes) -> bytes:
     fp32, may be broken the other way.
     """
     top_log_probs, top_ids = TOP_K_OUTPUTS
-    model = onnx.load_from_string(decoder)
+    try:
+        model = onnx.load_from_string(decoder)
+    except Exception as err:  # protobuf's DecodeError: the bytes are no ModelProto
+        raise ValueError(f"not an ONNX graph ({err})") from None
     model.graph.node.append(
         helper.make_node("TopK", [LOG_PROBS, TOP_K_INPUT.name], [top_log_probs.name, top_ids.name], "top_k")
     )
