@@ -238,7 +238,7 @@ class ServeBench:
 
 def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] = VISITORS) -> ServeBench:
     """`aiayn serve --model MODEL` in a process of its own, asked in its pair's direction."""
-    from aiayn.serve.app import pair_value
+    from aiayn.serve.requests import pair_value
 
     direction = pair_value(ModelFolder.open(model))
     port = free_port()

@@ -79,7 +79,7 @@ def measure_serving(folder: Path, sentences: list[str], rounds: int) -> list[Ser
     """Per round: the requests one by one from one client, then all at once from one client each."""
     from gradio_client import Client
 
-    from aiayn.serve.app import pair_value
+    from aiayn.serve.requests import pair_value
 
     direction = pair_value(ModelFolder.open(folder))
     server, url = start_server(folder)
@@ -104,11 +104,10 @@ def measure_serving(folder: Path, sentences: list[str], rounds: int) -> list[Ser
 
 def main() -> None:
     """The page on ``FOLDER`` at 127.0.0.1:``PORT``, ONNX Runtime on the CPU with the bench's threads."""
-    from aiayn.serve.app import build_app, launch
-    from aiayn.serve.service import TranslationService
+    from aiayn.serve.server import serve
 
     folder, port = sys.argv[1], int(sys.argv[2])
-    launch(build_app(TranslationService("onnx", "cpu", THREADS), [folder]), "127.0.0.1", port)
+    serve([folder], "127.0.0.1", port, device="cpu", cores=THREADS)
 
 
 if __name__ == "__main__":

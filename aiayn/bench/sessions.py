@@ -37,7 +37,7 @@ class SessionsFigure:
 def measure_sessions(folder: Path, sessions: int) -> SessionsFigure:
     from gradio_client import Client
 
-    from aiayn.serve.app import pair_value
+    from aiayn.serve.requests import pair_value
 
     direction = pair_value(ModelFolder.open(folder))
     server, url = start_server(folder)

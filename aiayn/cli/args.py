@@ -9,6 +9,7 @@ from typing import Any
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import DEFAULT_MODEL
 from aiayn.engines import DEVICES, VARIANTS
+from aiayn.search.translator import MAX_BEAM, beam_size_of
 
 DATA_HELP = (
     "the folder of Multi30k's files (default: $AIAYN_DATA, else shared/data/multi30k beside the repository or the "
@@ -41,6 +42,14 @@ def port_number(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535, got {text!r}")
     return value
+
+
+def beam_size(text: str) -> int:
+    """``--beam``, checked as the search checks every beam size."""
+    try:
+        return beam_size_of(int(text) if text.strip().lstrip("-").isdigit() else text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def float_list(text: str) -> list[float]:
@@ -90,8 +99,23 @@ def add_variant_flag(p: argparse.ArgumentParser, scope: str = "") -> None:
     )
 
 
+def add_device_flag(p: argparse.ArgumentParser, runtime: str = "ONNX Runtime") -> None:
+    where = f"where {runtime} runs; auto: a GPU where it works, else the CPU"
+    p.add_argument("--device", choices=DEVICES, default="auto", help=where)
+
+
+def add_beam_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--beam",
+        type=beam_size,
+        default=None,
+        metavar=f"1..{MAX_BEAM}",
+        help="beam size; 1 is greedy (default: the folder's, 4 for a trained one)",
+    )
+
+
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider; auto: CUDA if it works")
+    add_device_flag(p, "the engine")
     p.add_argument(
         "--threads",
         type=positive_int,

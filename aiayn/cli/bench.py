@@ -32,7 +32,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if args.memory:
         from aiayn.bench.memory import measure_memory, memory_report
         from aiayn.core.folder import bundled_models
-        from aiayn.serve.app import pair_value
+        from aiayn.serve.requests import pair_value
 
         served = [ModelFolder.open(path) for path in bundled_models().values()]
         sources = {pair_value(f): load_split_for(f, "test_2016_flickr", args.data).src for f in served}

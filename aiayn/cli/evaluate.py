@@ -8,10 +8,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiayn.cli.args import add_data_flag, add_model_flag, add_variant_flag, float_list, positive_int
+from aiayn.cli.args import (
+    add_beam_flag,
+    add_data_flag,
+    add_device_flag,
+    add_model_flag,
+    add_variant_flag,
+    float_list,
+    positive_int,
+)
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
-from aiayn.engines import DEVICES, ONNX
-from aiayn.engines.load import ENGINES, installed_engine, load_engine, search_settings_for, translator_for
+from aiayn.engines import ONNX
+from aiayn.engines.load import ENGINES, installed_engine, load_engine, translator_for
+from aiayn.search.translator import SearchSettings
 
 if TYPE_CHECKING:
     from aiayn.core.folder import ModelFolder
@@ -33,7 +42,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
     translator = translator_for(folder, engine)
     if args.beam is None:  # the folder's own: an imported checkpoint's num_beams, else 4
-        args.beam = search_settings_for(folder).beam_size
+        args.beam = SearchSettings.of(folder).beam_size
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)
         return
@@ -45,7 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(f"kept {best} in {folder.config_file} (search.length_penalty)")
         return
     changes = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
-    settings = search_settings_for(folder, beam_size=args.beam, **changes)
+    settings = SearchSettings.of(folder, beam_size=args.beam, **changes)
     result = evaluate(translator, corpus, settings)
     summary = {
         "model": str(folder.path),
@@ -82,7 +91,7 @@ def calibrate(folder: ModelFolder, translator: Translator, corpus: ParallelCorpu
     sources = [translator.source_ids(text) for text in corpus.src]
     with tqdm(total=len(sources), unit="sent", desc="val", file=sys.stderr) as bar:
         section = calibrate_confidence(
-            folder, translator, sources, search_settings_for(folder, beam_size=beam), corpus.split, bar.update
+            folder, translator, sources, SearchSettings.of(folder, beam_size=beam), corpus.split, bar.update
         )
     flagged = round(section["flagged_share_on_val"] * section["sentences"])
     print(
@@ -109,9 +118,7 @@ def add_eval(sub: Any) -> None:
         help="score your own test set: source and reference files, aligned line by line (plain or .gz)",
     )
     p.add_argument("--test-tsv", metavar="FILE", default=None, help="or one file of SOURCE<TAB>REFERENCE lines")
-    p.add_argument(
-        "--beam", type=positive_int, default=None, help="beam size; 1 is greedy (default: the folder's, 4 when trained)"
-    )
+    add_beam_flag(p)
     p.add_argument(
         "--length-penalty",
         type=float,
@@ -135,7 +142,7 @@ def add_eval(sub: Any) -> None:
         "--engine", choices=ENGINES, default=None, help="default: torch where PyTorch is installed, else onnx"
     )
     add_variant_flag(p)
-    p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider")
+    add_device_flag(p, "the engine")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
     p.add_argument("--output", default=None, help="also write the translations to this file")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -9,16 +9,13 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
-from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, add_variant_flag, port_number
+from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, add_variant_flag, port_number
 from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
 
-__all__ = ["DEVICES", "add_serve", "add_translate"]
-
-
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
-# written: 2 048 rather than 256 keeps both lanes busy across a chunk (a 3 400-line file: 0.87× CTranslate2 rather
-# than 0.79×, greedy, whole process) and batches by length over a wider window.
+# written: a chunk this long keeps both lanes busy across it and batches by length over a wide window (256 was
+# measurably slower on a long file: docs/speed.md).
 CHUNK_LINES = 2048
 
 
@@ -81,59 +78,50 @@ def cmd_translate(args: argparse.Namespace) -> None:
     # length, and its translations written (and flushed) before the next chunk starts.
     chunks = [model.prepare(lines[start : start + CHUNK_LINES]) for start in range(0, len(lines), CHUNK_LINES)]
     left_out: set[str] = set()
-    kept, short, unsure, refused = 0, [], [], []
+    unchanged, short, unsure, refused = 0, [], [], []
     total = sum(len(chunk.src_ids) for chunk in chunks)
     progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
     with progress as bar, open_output(args.output) as out:
         for number, prepared in enumerate(chunks):
-            done = model.run(prepared, args.beam or model.search.beam_size, on_batch=bar.update)
+            done = model.run(prepared, args.beam, on_batch=bar.update)
             translations = done.text.split("\n")
-            missing = len(prepared.shape.lines) - len(translations)
+            missing = len(prepared.layout.lines) - len(translations)
             out.write("\n".join(translations + [""] * missing) + "\n")
             out.flush()
             left_out.update(done.left_out)
-            kept += done.kept
+            unchanged += done.unchanged
             short += [number * CHUNK_LINES + line + 1 for line in done.short_lines]
             unsure += [number * CHUNK_LINES + line + 1 for line in done.unsure_lines]
             refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in done.refused]
-    report(sorted(left_out), kept, short, unsure, refused)
+    report(sorted(left_out), unchanged, short, unsure, refused)
 
 
-def report(left_out: list[str], kept: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]) -> None:
-    """What the translation left out or kept, on stderr; lines not translated end it with an error."""
-    if left_out:
-        print(f"not in the model's vocabulary, left out: {' '.join(left_out)}", file=sys.stderr)
-    if kept:
-        print(f"{kept} sentence(s) without a known word kept as they are", file=sys.stderr)
-    for line in short:
-        print(f"line {line}: the translation looks short for its source; a part may be missing", file=sys.stderr)
-    for line in unsure:
-        print(f"line {line}: the model is unsure of this translation; check it", file=sys.stderr)
-    for line, reason in refused:
-        print(f"line {line}: not translated: {reason}", file=sys.stderr)
+def report(
+    left_out: list[str], unchanged: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]
+) -> None:
+    """What the translation left out or kept, on stderr (lines from 1); lines not translated end it with an error."""
+    from aiayn.serve.status import notes
+
+    for note in notes(left_out, unchanged, short, unsure, refused):
+        print(note, file=sys.stderr)
     if refused:
         numbers = ", ".join(str(line) for line, _ in refused)
         raise UserError(f"{len(refused)} sentence(s) not translated, on line(s) {numbers}; the rest is translated")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from aiayn.serve.memory import bound_server_memory
+    from aiayn.serve.server import serve
 
-    bound_server_memory()  # before any thread starts
-    from aiayn.serve.api import json_route
-    from aiayn.serve.app import build_app, check_port, launch
-    from aiayn.serve.service import TranslationService
-
-    check_port(args.host, args.port)
-    service = TranslationService("onnx", args.device, args.threads, not args.no_clauses, args.variant)
-    app = build_app(service, args.model)
-    launch(app, args.host, args.port, args.share, block=False, routes=[json_route(service)])
-    names = ", ".join(service.models)
-    provider = next(iter(service.models.values())).provider
-    public = f" and {app.share_url}" if app.share_url else ""
-    where = f"http://{args.host}:{args.port}{public}"
-    print(f"serving {names} ({args.variant}) with ONNX Runtime on {provider} at {where}", file=sys.stderr)
-    app.block_thread()  # until Ctrl-C
+    serve(
+        args.model,
+        args.host,
+        args.port,
+        args.share,
+        args.device,
+        args.threads,
+        split_clauses=not args.no_clauses,
+        variant=args.variant,
+    )
 
 
 def add_translate(sub: Any) -> None:
@@ -147,20 +135,13 @@ def add_translate(sub: Any) -> None:
         help=f"write the translations to FILE (UTF-8), every {CHUNK_LINES} lines as they are done (default: stdout)",
     )
     add_model_flag(p)
-    p.add_argument(
-        "--beam",
-        type=int,
-        choices=range(1, 9),
-        default=None,
-        metavar="1..8",
-        help="beam size; 1 is greedy (default: the folder's, 4 for a trained one)",
-    )
+    add_beam_flag(p)
     p.add_argument(
         "--engine",
         choices=ENGINES,
         default="onnx",
-        help="onnx: the fastest ONNX Runtime graphs for the device; onnx-portable: the contract's graphs; "
-        "torch: needs the [train] extra",
+        help="onnx: the fastest ONNX Runtime engine for the device; onnx-serving: the serving graphs built from the "
+        "weights (CPU); onnx-portable: the contract's graphs; torch: needs the [train] extra",
     )
     add_engine_flags(p)
     add_variant_flag(p)

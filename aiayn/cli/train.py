@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import UserError, config_override, positive_int
+from aiayn.cli.args import UserError, add_device_flag, config_override, positive_int
 from aiayn.cli.corpus import add_corpus_flags, corpus_sources
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import TRAINING_RECORD_FILE, ModelFolder
@@ -172,7 +172,7 @@ def add_train(sub: Any) -> None:
     p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm (default: no clipping)")
     p.add_argument("--average-last", type=int, default=0, help="average the last N (≥ 2) epoch checkpoints at the end")
     p.add_argument("--seed", type=int, default=1, help="random seed (initialisation, dropout, batch order)")
-    p.add_argument("--device", default="auto", help="auto (CUDA if PyTorch sees a GPU), cpu or cuda")
+    add_device_flag(p, "PyTorch")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument(
         "--checkpoint-every",

@@ -4,9 +4,8 @@ The exporter, the parity check, the README table, the ``onnx`` section of
 config.json and the ONNX Runtime engine all read this table (the way HF Optimum's
 OnnxConfig declares ``{name: {axis: name}}``); code names a tensor or a metadata
 key only through the constants and name groups here. The CPU serving graphs,
-built from the weights when an engine loads and never stored, are declared here
-too (``serving_encoder_spec``, ``serving_decoder_spec``): their builder and the
-engine that binds them read the same declarations. Torch-free.
+built from the weights when an engine loads and never stored, are no part of it:
+they are declared beside their builder (``aiayn/engines/onnx/serving_spec.py``). Torch-free.
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ SRC_IDS, MEMORY = "src_ids", "memory"
 TGT_IDS, POSITION_OFFSET, SRC_MASK = "tgt_ids", "position_offset", "src_mask"
 LOG_PROBS, CROSS_ATTENTION = "log_probs", "cross_attention"
 TOP_K, TOP_LOG_PROBS, TOP_IDS = "top_k", "top_log_probs", "top_ids"
-# Only in the CPU serving graphs: the encoder's one output, and the decoder step's per-row position inputs.
-CROSS_KV, SEQLENS_K, TOTAL_LEN, GROUP_SHAPE = "cross_kv", "seqlens_k", "total_len", "group_shape"
 
 # Metadata stamped into every graph: the config and weights it came from, and its variant.
 CONFIG_FINGERPRINT_KEY = "aiayn.config_fingerprint"
@@ -172,54 +169,6 @@ def decoder_with_top_k_spec(config: ModelConfig) -> GraphSpec:
     """decoder.onnx as the portable ONNX Runtime engine runs it: with the selection head (``top_k.py``)."""
     spec = decoder_spec(config)
     return GraphSpec(spec.file, (*spec.inputs, TOP_K_INPUT), (*spec.outputs, *TOP_K_OUTPUTS))
-
-
-# The CPU serving graphs (``aiayn/engines/onnx/serving_graphs.py``): built from model.safetensors when the engine
-# loads, into a temporary directory gone once the sessions are built, so ``file`` names them in messages. Every
-# token is one row; contrib-op masks and lengths are int32. The decoder's rows come in sentence blocks (a sentence's
-# beams): ``sentences`` blocks of ``rows / sentences`` rows, each attending over its sentence's cross keys/values.
-SERVING_ENCODER, SERVING_DECODER = "serving encoder", "serving decoder"
-
-
-def serving_encoder_spec(config: ModelConfig) -> GraphSpec:
-    pad, n_kv = config.special_tokens.pad, 2 * config.n_decoder_layers
-    return GraphSpec(
-        SERVING_ENCODER,
-        inputs=(
-            TensorSpec(SRC_IDS, "int64", ("batch", "src_len"), f"source token ids ending in `</s>`, padded with {pad}"),
-            TensorSpec(SRC_MASK, "int32", ("batch", "src_len"), "1 where `src_ids` is a real token, 0 on padding"),
-        ),
-        outputs=(
-            TensorSpec(
-                CROSS_KV,
-                "float32",
-                (n_kv, "batch", config.n_heads, "src_len", config.d_head),
-                "every decoder layer's cross-attention keys and values, in the order of `kv_slots`",
-            ),
-        ),
-    )
-
-
-def serving_decoder_spec(config: ModelConfig) -> GraphSpec:
-    """One new token per row; the cache is bound as both ``cache_*`` and ``present_*`` (appended in place)."""
-    meaning = "a buffer of `capacity` positions, bound again as the present one (appended in place)"
-    return GraphSpec(
-        SERVING_DECODER,
-        inputs=(
-            TensorSpec(TGT_IDS, "int64", ("rows",), "the newest token of each row"),
-            TensorSpec(SEQLENS_K, "int32", ("rows",), "its position: the tokens cached before it, per row"),
-            TensorSpec(TOTAL_LEN, "int32", (), "the longest row's position + 1"),
-            TensorSpec(GROUP_SHAPE, "int64", (3,), "[sentences, rows per sentence, d_model]"),
-            TensorSpec(SRC_MASK, "int32", ("sentences", "src_len"), "1 where the source is a real token"),
-            *cross_kv_specs(config, "sentences"),
-            *self_kv_specs(config, "cache", "capacity", meaning, "rows"),
-            TOP_K_INPUT,
-        ),
-        outputs=(
-            *top_k_outputs("rows"),
-            *self_kv_specs(config, "present", "capacity", "the cache with the new token", "rows"),
-        ),
-    )
 
 
 def stamp(config: ModelConfig, weights_sha256: str) -> dict[str, str]:

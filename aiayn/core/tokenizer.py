@@ -87,10 +87,6 @@ class SubwordTokenizer:
         the subwords of ``text`` and ``</s>``; as ``MarianTokenizer`` encodes ``">>por<< " + text``."""
         return [*self.source_prefix, *self.encode(text), self.eos_id]
 
-    def encode_source_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        eos = self.eos_id
-        return [[*self.source_prefix, *ids, eos] for ids in self.encode_batch(texts)]
-
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``; special tokens are dropped, so a model's raw output can be passed as is."""
         return self.tokenizer.decode(self._checked(ids), skip_special_tokens=True)

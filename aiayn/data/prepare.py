@@ -105,10 +105,6 @@ def write_split(
     return counts, references
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @dataclass(frozen=True)
 class PreparedData:
     """A prepared folder, opened: its record, tokenizer, token arrays and validation references."""

@@ -19,11 +19,13 @@ def default_cores() -> int:
     return min(MAX_CORES, os.cpu_count() or 1)
 
 
-# One name per engine, in the CLI's --engine, the bench's rows and the logs. onnx: the serving graphs built from
-# the weights (``onnx/fused.py``, CPU); onnx-portable: the contract's graphs (``onnx/engine.py``, the reference,
-# and what a GPU runs); torch: PyTorch itself. ``load.load_engine`` picks the fastest for "onnx" on each device.
-ONNX, ONNX_PORTABLE, TORCH = "onnx", "onnx-portable", "torch"
-ENGINES = (ONNX, ONNX_PORTABLE, TORCH)
+# One name per engine, in the CLI's --engine, the bench's rows and the logs. onnx-serving: the serving graphs built
+# from the weights (``onnx/fused.py``, CPU only); onnx-portable: the contract's graphs (``onnx/engine.py``, the
+# reference, and what a GPU runs); torch: PyTorch itself. ``onnx`` names no engine but a choice: ``load.load_engine``
+# takes the fastest ONNX Runtime engine for the device, and the engine then says which it is.
+ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH = "onnx", "onnx-serving", "onnx-portable", "torch"
+ENGINES = (ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH)
+ENGINE_NAMES = (ONNX_SERVING, ONNX_PORTABLE, TORCH)  # what an engine's ``name`` is
 
 # The weights an ONNX Runtime engine runs, in the CLI's one --variant: fp32; w8 and w4, the weight-only blocks of
 # ``onnx/block_quant.py``, built from the weights at load time (the CPU engine only); int8 and fp16, the exported
@@ -35,7 +37,7 @@ VARIANTS = ("fp32", *BLOCK_VARIANTS, *(v for v in EXPORTED_VARIANTS if v != "fp3
 class Engine(StepModel[State], Protocol[State]):
     """A step engine as ``load.load_engine`` hands it to the service, the CLI and the bench."""
 
-    name: str  # which engine it is: one of ``ENGINES``
+    name: str  # which engine it is: one of ``ENGINE_NAMES``
     provider: str  # where it runs: ONNX Runtime's execution provider, or PyTorch and its device
     lanes: int  # how many searches it runs well at once (``aiayn.search.translator``: one batch each)
 

@@ -1,16 +1,15 @@
 """Opening a model folder for translation: its step engine by name (ONNX Runtime, or PyTorch where it is
-installed), the translator over an engine, and the folder's decoding defaults."""
+installed), and the translator over an engine."""
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import replace
 from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import BLOCK_VARIANTS, ENGINES, ONNX, TORCH, VARIANTS, Engine, default_cores
-from aiayn.search.translator import SearchSettings, Translator
+from aiayn.engines import BLOCK_VARIANTS, ENGINES, ONNX, ONNX_SERVING, TORCH, VARIANTS, Engine, default_cores
+from aiayn.search.translator import Translator
 
 FUSED_VARIANTS = ("fp32", *BLOCK_VARIANTS, "int8")  # the serving graphs' variants
 
@@ -37,11 +36,13 @@ def load_engine(
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     if variant != "fp32" and engine == TORCH:
         raise ValueError(f"the torch engine runs fp32 only; use --engine onnx for --variant {variant}")
-    if variant in BLOCK_VARIANTS and (engine != ONNX or device == "cuda"):
+    if variant in BLOCK_VARIANTS and (engine not in (ONNX, ONNX_SERVING) or device == "cuda"):
         raise ValueError(
             f"--variant {variant} is built from the weights for the onnx engine on a CPU; "
             "use --engine onnx --device cpu (or auto)"
@@ -49,38 +50,35 @@ def load_engine(
     if engine == TORCH:
         try:
             from aiayn.engines.pytorch import TorchEngine
+            from aiayn.engines.pytorch import resolve_device as torch_device
             from aiayn.model.weights import load_model
         except ImportError as err:
             raise ValueError(
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
-        return TorchEngine(load_model(folder))
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    from aiayn.engines.onnx.engine import OnnxEngine
-    from aiayn.engines.onnx.fused import FusedOnnxEngine
-    from aiayn.engines.onnx.sessions import CPU, gpu_unavailable
+        return TorchEngine(load_model(folder), torch_device(device))
+    from aiayn.engines.onnx.engine import PortableOnnxEngine
+    from aiayn.engines.onnx.fused import ServingOnnxEngine
+    from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
-    if engine == ONNX and variant in FUSED_VARIANTS:
-        # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once;
-        # only a GPU needs the exported graphs, which such a folder does not have yet.
-        exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
-        on_cpu = device == "cpu" or variant in BLOCK_VARIANTS
-        if on_cpu or (device == "auto" and (not exported or gpu_unavailable(1))):
-            return FusedOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
-    portable = OnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
-    if engine == ONNX and portable.provider == CPU and variant in FUSED_VARIANTS:
-        return FusedOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)  # a GPU failing these graphs
-    return portable
+    if engine == ONNX_SERVING:
+        if device == "cuda" or variant not in FUSED_VARIANTS:
+            raise ValueError(
+                f"the {ONNX_SERVING} engine runs {', '.join(FUSED_VARIANTS)} on the CPU; use --engine onnx for a GPU"
+            )
+        return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
+    fused = engine == ONNX and variant in FUSED_VARIANTS
+    # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once on
+    # the CPU; only a GPU needs the exported graphs, which such a folder does not have yet (nor the w8/w4 blocks).
+    exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
+    on_cpu = variant in BLOCK_VARIANTS or (device == "auto" and not exported)
+    device = "cpu" if fused and on_cpu else resolve_device(device)
+    if fused and device == "cpu":
+        return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
+    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:
     """Text in, text out over ``engine`` with ``folder``'s tokenizer and length limit, in the engine's lanes."""
     return Translator(engine, folder.tokenizer, folder.config.max_len, lanes=engine.lanes, **batching)
-
-
-def search_settings_for(folder: ModelFolder, **changes: Any) -> SearchSettings:
-    """``folder``'s decoding defaults (its length penalty, if tuned on val; an imported checkpoint's beam and
-    normalisation), then ``changes`` (a change of None keeps the default)."""
-    return replace(SearchSettings(**folder.search_defaults()), **{k: v for k, v in changes.items() if v is not None})

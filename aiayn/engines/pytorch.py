@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.engines import TORCH
+from aiayn.engines import DEVICES, TORCH
 from aiayn.engines.state import DecoderState
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
@@ -21,6 +21,16 @@ TorchState = DecoderState[Tensor]  # src_mask is the model's (rows, 1, 1, src_le
 def take_rows(values: Sequence[Tensor], rows: np.ndarray) -> list[Tensor]:
     index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(values[0].device)
     return [value.index_select(0, index) for value in values]
+
+
+def resolve_device(device: str) -> str:
+    """Where PyTorch runs: ``cpu`` or ``cuda`` as asked (``cuda`` without a GPU is one clear error), and ``auto`` as
+    ``cuda`` where PyTorch sees a GPU, else ``cpu``."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: PyTorch sees no GPU here; use --device cpu, or auto to take one where found")
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
 class TorchEngine(FullDistributionStep[TorchState]):

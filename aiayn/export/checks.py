@@ -14,8 +14,8 @@ from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.engine import OnnxEngine
-from aiayn.engines.onnx.fused import FusedOnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.fused import ServingOnnxEngine
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.evaluate import evaluate
 from aiayn.evaluation.metrics import Scores
@@ -66,7 +66,7 @@ def export_and_prove_onnx(
     lines.append(f"model.safetensors + fp32 graphs: {megabytes(sum(f.stat().st_size for f in bundle))}")
 
     torch_translator = translator_for(folder, TorchEngine(model))
-    onnx_translator = translator_for(folder, OnnxEngine.load(folder, device="cpu"))
+    onnx_translator = translator_for(folder, PortableOnnxEngine.load(folder, device="cpu"))
     src_ids = [torch_translator.source_ids(s) for s in sentences]
     report = check_logits(torch_translator.engine, onnx_translator.engine, src_ids[:PARITY_SENTENCES])
     lines.append(
@@ -93,7 +93,7 @@ def prove_serving_graphs(
 ) -> list[str]:
     """The CPU serving graphs (built from the same weights when an engine loads) against the contract's
     graphs just proven: the same tolerance and identical translations, or the export fails."""
-    fused = translator_for(folder, FusedOnnxEngine.load(folder))
+    fused = translator_for(folder, ServingOnnxEngine.load(folder))
     report = check_logits(reference.engine, fused.engine, src_ids[:PARITY_SENTENCES])
     lines = [f"serving graphs: max |log-prob difference| vs decoder.onnx = {report.max_abs_diff:.2e}"]
     checked = src_ids[:check_sentences]
@@ -113,8 +113,8 @@ def against_fp32(
 ) -> VariantGap:
     """A variant's provider, its max |log-prob difference| from the fp32 graphs and how many of the first
     ``check_sentences`` greedy translations stay the same."""
-    reference = translator_for(folder, OnnxEngine.load(folder, device="cpu"))
-    candidate = translator_for(folder, OnnxEngine.load(folder, device=device, variant=variant))
+    reference = translator_for(folder, PortableOnnxEngine.load(folder, device="cpu"))
+    candidate = translator_for(folder, PortableOnnxEngine.load(folder, device=device, variant=variant))
     src_ids = [reference.source_ids(s) for s in sentences]
     gap = max_log_prob_diff(reference.engine, candidate.engine, src_ids[:PARITY_SENTENCES]).max_abs_diff
     same = count_identical(reference, candidate, src_ids[:check_sentences], SearchSettings(beam_size=1))
@@ -128,7 +128,7 @@ def bleu_by_variant(
     settings = SearchSettings(beam_size=beam_size)
     return {
         variant: evaluate(
-            translator_for(folder, OnnxEngine.load(folder, device="cpu", variant=variant)),
+            translator_for(folder, PortableOnnxEngine.load(folder, device="cpu", variant=variant)),
             corpus,
             settings,
             progress=False,

@@ -28,7 +28,7 @@ from aiayn.core.folder import (
     ModelFolder,
 )
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package
@@ -64,18 +64,12 @@ Written by `aiayn export MODEL --to space`. A Space runs `python app.py` and sen
 import os
 from pathlib import Path
 
-from aiayn.serve.api import json_route
-from aiayn.serve.app import build_app, launch
-from aiayn.serve.memory import bound_server_memory
-from aiayn.serve.service import TranslationService
+from aiayn.serve.server import serve
 
 MODEL = Path(__file__).resolve().parent / "{model_dir}"
 
 if __name__ == "__main__":
-    bound_server_memory()  # before any thread starts
-    service = TranslationService(engine="onnx", device="{device}")
-    port = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
-    launch(build_app(service, [str(MODEL)]), host="0.0.0.0", port=port, routes=[json_route(service)])
+    serve([str(MODEL)], host="0.0.0.0", port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), device="{device}")
 '''
 
 
@@ -250,7 +244,7 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu") -> lis
     folder.check_weights()
     files = [folder.path / name for name in MODEL_FILES]
     if device == "cuda":  # the GPU runs the contract's graphs: checked against the weights, as every engine does
-        OnnxEngine.load(folder, device="cpu", variant=GPU_GRAPHS_VARIANT, threads=1)
+        PortableOnnxEngine.load(folder, device="cpu", variant=GPU_GRAPHS_VARIANT, threads=1)
         files += [folder.onnx_file(graph, GPU_GRAPHS_VARIANT) for graph in GPU_GRAPHS]
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise FileExistsError(f"--out {out_dir} exists and is not an empty folder; choose a new one")

@@ -29,10 +29,9 @@ from aiayn.core.contract import (
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
 from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
-from aiayn.engines.load import search_settings_for
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
-from aiayn.search.translator import MAX_SENTENCES, MAX_TOKENS
+from aiayn.search.translator import LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS, SearchSettings
 from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, ClauseSplitter
 from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 
@@ -45,7 +44,7 @@ VARIANT = "fp32"
 
 def web_section(folder: ModelFolder) -> dict[str, Any]:
     """What the page's modules need beyond the model's config: graph and tensor names, and the CLI's text rules."""
-    config, splitter, settings = folder.config, ClauseSplitter.of(folder), search_settings_for(folder)
+    config, splitter, settings = folder.config, ClauseSplitter.of(folder), SearchSettings.of(folder)
     points = code_points()
     return {
         "variant": VARIANT,
@@ -85,8 +84,8 @@ def web_section(folder: ModelFolder) -> dict[str, Any]:
         "length_penalty": settings.length_penalty,
         "length_normalization": settings.length_normalization,
         "max_extra_len": settings.max_extra_len,
-        "max_sentences": MAX_SENTENCES,
-        "max_tokens": MAX_TOKENS,
+        "max_sentences": LENGTH_BATCH_SENTENCES,
+        "max_tokens": LENGTH_BATCH_TOKENS,
     }
 
 
@@ -107,7 +106,7 @@ def space_readme(folder: ModelFolder) -> str:
 def export_web(folder: ModelFolder, out_dir: Path, cache_dir: Path = CACHE_DIR) -> list[str]:
     """Write the static folder; the report lines name its size. The graphs are checked against the folder first
     (its weights and config, the contract), as every engine checks them."""
-    OnnxEngine.load(folder, device="cpu", variant=VARIANT, threads=1)
+    PortableOnnxEngine.load(folder, device="cpu", variant=VARIANT, threads=1)
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"--out {out_dir} is a file; give a folder")
     out_dir.mkdir(parents=True, exist_ok=True)

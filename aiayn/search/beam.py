@@ -60,8 +60,6 @@ def beam_search_nbest(
     real source length + 50. </s> cannot end a hypothesis of fewer than ``min_len`` tokens.
     Done sentences are dropped from the decoder state.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam size must be at least 1, got {beam_size}")
     batch, k, eos = src_ids.shape[0], beam_size, model.eos_id
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]

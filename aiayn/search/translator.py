@@ -2,7 +2,7 @@
 
 Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
 releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
-thread. A large batch is cut where that lightens the busiest lane (``spread``): a sentence's search does not
+thread. A large batch is cut where that lightens the busiest lane (``split_for_lanes``): a sentence's search does not
 depend on the sentences batched with it, so the outputs do not depend on the number of lanes.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -22,13 +22,35 @@ from aiayn.search.output import Output
 from aiayn.search.step import StepModel
 
 # A length batch holds at most this many sentences and this many padded source tokens.
-MAX_SENTENCES, MAX_TOKENS = 64, 4096
+LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS = 64, 4096
+
+
+MAX_BEAM = 8  # the widest beam a user may ask for: the page's slider, --beam, the JSON route
 
 
 class TextCodec(Protocol):
     def encode_source(self, text: str) -> list[int]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class HasSearchDefaults(Protocol):
+    """A model folder, as far as the search is concerned (``core.folder.ModelFolder``)."""
+
+    def search_defaults(self) -> dict[str, Any]: ...
+
+
+def beam_size_of(value: object) -> int:
+    """A beam size as a user, a request or a folder gave it: a whole number from 1 to ``MAX_BEAM`` (2.0 is 2), else
+    one message for every way it can be wrong (text, None, 2.7, 0, 9)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not float(value).is_integer()
+        or not 1 <= value <= MAX_BEAM
+    ):
+        raise ValueError(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -46,8 +68,7 @@ class SearchSettings:
     max_len: int | None = None
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam size must be at least 1, got {self.beam_size}")
+        beam_size_of(self.beam_size)
         if self.length_normalization not in LENGTH_NORMALIZATIONS:
             raise ValueError(
                 f"length normalization {self.length_normalization!r} is not one of {', '.join(LENGTH_NORMALIZATIONS)}"
@@ -58,6 +79,12 @@ class SearchSettings:
             raise ValueError(f"min_len must be at least 0, got {self.min_len}")
         if self.max_len is not None and self.max_len < max(1, self.min_len):
             raise ValueError(f"max_len must be at least 1 and at least min_len ({self.min_len}), got {self.max_len}")
+
+    @classmethod
+    def of(cls, folder: HasSearchDefaults, **changes: Any) -> Self:
+        """``folder``'s decoding defaults (its length penalty, if tuned on val; an imported checkpoint's beam and
+        normalisation), then ``changes``: a change of None is the folder's default."""
+        return cls(**{**folder.search_defaults(), **{k: v for k, v in changes.items() if v is not None}})
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
@@ -92,7 +119,7 @@ def busiest_lane(batches: list[list[int]], lanes: int) -> int:
     return max(loads)
 
 
-def spread(batches: list[list[int]], lanes: int) -> list[list[int]]:
+def split_for_lanes(batches: list[list[int]], lanes: int) -> list[list[int]]:
     """``batches`` with the largest halved (its two halves stay similar in length) for as long as that lightens the
     busiest lane: a single batch, or a full one beside a short one, no longer leaves a core waiting, while batches
     that already keep every lane busy stay whole. A sentence's search does not depend on its batch, so the outputs
@@ -122,8 +149,8 @@ class Translator:
         engine: StepModel[Any],
         tokenizer: TextCodec,
         max_src_len: int,
-        max_sentences: int = MAX_SENTENCES,
-        max_tokens: int = MAX_TOKENS,
+        max_sentences: int = LENGTH_BATCH_SENTENCES,
+        max_tokens: int = LENGTH_BATCH_TOKENS,
         lanes: int = 1,
     ) -> None:
         if lanes < 1:
@@ -154,7 +181,9 @@ class Translator:
     ) -> list[Output]:
         """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
         outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
-        batches = spread(length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes)
+        batches = split_for_lanes(
+            length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes
+        )
 
         def search(batch: list[int]) -> list[Output]:
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)

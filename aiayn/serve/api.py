@@ -14,62 +14,63 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import gradio as gr
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
-from aiayn.serve.app import beam_size_of, directions
+from aiayn.serve.batching import SENTENCES_PER_SEARCH
+from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
 from aiayn.serve.service import TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 PATH = "/v1/translate"
-MAX_SENTENCES = 256  # per request: the batcher's batch (``batching.MAX_SENTENCES``)
+MAX_SENTENCES_PER_REQUEST = SENTENCES_PER_SEARCH  # a request's sentences fit one of the batcher's searches
 MAX_BODY_BYTES = 4 * MAX_FILE_CHARS  # UTF-8 text and JSON escapes of MAX_FILE_CHARS characters
-DEFAULT_BEAM = 4
 
 
-class BadRequest(ValueError):
+class BadBody(ValueError):
+    """A body the route refuses, with its HTTP status."""
+
     def __init__(self, message: str, status: int = 422) -> None:
         super().__init__(message)
         self.status = status
 
 
-def parsed(body: bytes, directions: list[str]) -> tuple[list[str], str, int]:
-    """(sentences, direction, beam) of a request body, or a BadRequest that says what is wrong with it."""
+def parsed(body: bytes, served: dict[str, Direction]) -> tuple[list[str], Direction, int]:
+    """(sentences, direction, beam) of a request body, or a BadBody that says what is wrong with it; without a
+    beam, the direction's folder's."""
     if len(body) > MAX_BODY_BYTES:
-        raise BadRequest(f"the body has {len(body)} bytes; at most {MAX_BODY_BYTES}", 413)
+        raise BadBody(f"the body has {len(body)} bytes; at most {MAX_BODY_BYTES}", 413)
     try:
         request = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadRequest(f"the body is not JSON: {err}", 400) from None
+        raise BadBody(f"the body is not JSON: {err}", 400) from None
     if not isinstance(request, dict):
-        raise BadRequest('the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}')
+        raise BadBody('the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}')
     unknown = sorted(set(request) - {"sentences", "direction", "beam"})
     if unknown:
-        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; the fields are sentences, direction and beam")
+        raise BadBody(f"unknown field(s) {', '.join(unknown)}; the fields are sentences, direction and beam")
     sentences = request.get("sentences")
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
-        raise BadRequest("sentences must be a list of strings")
-    if not 1 <= len(sentences) <= MAX_SENTENCES:
-        raise BadRequest(f"sentences has {len(sentences)} items; from 1 to {MAX_SENTENCES} are translated per request")
+        raise BadBody("sentences must be a list of strings")
+    if not 1 <= len(sentences) <= MAX_SENTENCES_PER_REQUEST:
+        most = MAX_SENTENCES_PER_REQUEST
+        raise BadBody(f"sentences has {len(sentences)} items; from 1 to {most} are translated per request")
     for index, sentence in enumerate(sentences):
         try:
             check_length(sentence, MAX_CHARS, f"sentences[{index}]")
         except ValueError as err:
-            raise BadRequest(str(err)) from None
+            raise BadBody(str(err)) from None
     total = sum(map(len, sentences))
     if total > MAX_FILE_CHARS:
-        raise BadRequest(f"the sentences have {total} characters together; at most {MAX_FILE_CHARS} per request")
-    direction = request.get("direction", directions[0])
-    if direction not in directions:
-        raise BadRequest(f"{direction} is not in the list of choices: {', '.join(directions)}")
+        raise BadBody(f"the sentences have {total} characters together; at most {MAX_FILE_CHARS} per request")
     try:
-        beam = beam_size_of(request.get("beam", DEFAULT_BEAM))
-    except gr.Error as err:
-        raise BadRequest(str(err.message)) from None
-    return sentences, str(direction), beam
+        direction = direction_of(served, request.get("direction", next(iter(served))))
+        beam = beam_of(request.get("beam"))
+    except BadRequest as err:
+        raise BadBody(str(err)) from None
+    return sentences, direction, direction.model.search.beam_size if beam is None else beam
 
 
 def json_route(service: TranslationService) -> APIRoute:
@@ -78,16 +79,15 @@ def json_route(service: TranslationService) -> APIRoute:
     async def translate(request: Request) -> JSONResponse:
         served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
         try:
-            sentences, direction, beam = parsed(await request.body(), list(served))
-        except BadRequest as err:
+            sentences, direction, beam = parsed(await request.body(), served)
+        except BadBody as err:
             return JSONResponse({"error": str(err)}, status_code=err.status)
-        model = served[direction].name
-        results = await run_in_threadpool(service.translate_many, [(s, model, beam) for s in sentences])
+        results = await run_in_threadpool(service.translate_many, [(s, direction.name, beam) for s in sentences])
         refused = [(i, line, why) for i, r in enumerate(results) for line, why in r.refused]
         if refused:
             index, line, why = refused[0]
             return JSONResponse({"error": f"sentences[{index}], line {line + 1}: {why}"}, status_code=422)
         translations: list[Any] = [result.text for result in results]
-        return JSONResponse({"translations": translations, "direction": direction, "beam": beam})
+        return JSONResponse({"translations": translations, "direction": direction.value, "beam": beam})
 
     return APIRoute(PATH, translate, methods=["POST"], name="translate")

@@ -25,11 +25,13 @@ from aiayn.serve.memory import Trimmer
 # The searches' arrays handed back (else kept by malloc at the size of the largest batch): one trimmer for every
 # batcher, so a page serving several models still trims at most once a second.
 TRIM = Trimmer()
-MAX_SENTENCES = 256  # per batch taken off the queue; the translator cuts it into length batches itself
+SENTENCES_PER_SEARCH = 256  # taken off the queue at most per search; the translator cuts them into length batches
 
 
 @dataclass
-class Job:
+class PendingSearch:
+    """One caller's sentences waiting for a search, and where their outputs go."""
+
     src_ids: Sequence[Sequence[int]]
     settings: SearchSettings
     done: Future[list[Output]] = field(default_factory=Future)
@@ -40,7 +42,7 @@ class SearchBatcher:
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
-        self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self.pending: queue.SimpleQueue[PendingSearch] = queue.SimpleQueue()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
 
@@ -50,11 +52,11 @@ class SearchBatcher:
 
     def submit(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> Future[list[Output]]:
         """``outputs`` without waiting: a caller with several jobs hands them all in before it waits."""
-        job = Job(src_ids, settings)
+        job = PendingSearch(src_ids, settings)
         if not src_ids:
             job.done.set_result([])
             return job.done
-        self.jobs.put(job)
+        self.pending.put(job)
         self.start()
         return job.done
 
@@ -67,16 +69,16 @@ class SearchBatcher:
 
     def serve(self) -> None:
         while True:
-            jobs = [self.jobs.get()]
+            jobs = [self.pending.get()]
             sentences = len(jobs[0].src_ids)
-            while sentences < MAX_SENTENCES and not self.jobs.empty():
-                jobs.append(self.jobs.get())
+            while sentences < SENTENCES_PER_SEARCH and not self.pending.empty():
+                jobs.append(self.pending.get())
                 sentences += len(jobs[-1].src_ids)
             for settings in dict.fromkeys(job.settings for job in jobs):
                 self.search([job for job in jobs if job.settings == settings], settings)
             TRIM()
 
-    def search(self, jobs: list[Job], settings: SearchSettings) -> None:
+    def search(self, jobs: list[PendingSearch], settings: SearchSettings) -> None:
         """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error)."""
         try:
             outputs = self.translator.outputs([ids for job in jobs for ids in job.src_ids], settings)

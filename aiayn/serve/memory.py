@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any
 
 M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
-MALLOC_ARENAS = 2  # the heaps of a page server with any number of threads: -28 MiB after 2 000 requests
+MALLOC_ARENAS = 2  # the heaps of a page server with any number of threads (docs/speed.md, Memory)
 TRIM_EVERY_S = 1.0
 
 

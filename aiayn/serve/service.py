@@ -17,8 +17,9 @@ import numpy as np
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import Engine
-from aiayn.engines.load import load_engine, search_settings_for, translator_for
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.search.output import Output, mean_log_prob
+from aiayn.search.translator import SearchSettings
 from aiayn.serve.batching import SearchBatcher
 from aiayn.serve.memory import return_freed_memory
 from aiayn.text.clauses import Clause, ClauseSplitter
@@ -33,7 +34,6 @@ from aiayn.text.sentences import (
     split_long,
 )
 
-MAX_BEAM = 8
 # A translation with fewer tokens than this share of its source's probably left part of it out (on Multi30k val
 # 5% of single captions fall under 0.7 in either direction); sources shorter than SHORT_MIN_SOURCE are not judged.
 SHORT_RATIO, SHORT_MIN_SOURCE = 0.6, 12
@@ -52,16 +52,16 @@ class Attention:
 class Prepared:
     """A text cut into what the search gets: token ids of each sentence, or of each piece of a long one."""
 
-    shape: Layout
+    layout: Layout
     src_ids: list[list[int]]
-    owner: list[int]  # piece → index of its sentence in ``shape.sentences``
+    sentence_of: list[int]  # piece → index of its sentence in ``layout.sentences``
     clauses: list[Clause]  # piece → the clause it searches (a whole sentence unless clauses.py split it)
     left_out: list[str]  # characters outside the vocabulary, removed from the sentences translated
     refused: dict[int, str]  # sentence index → why it cannot be translated (a single word over the token limit)
 
     def refusals(self) -> list[tuple[int, str]]:
         """(line index, reason) for each refused sentence, in the order of the text."""
-        return [(i, self.refused[s]) for i, line in enumerate(self.shape.lines) for s in line if s in self.refused]
+        return [(i, self.refused[s]) for i, line in enumerate(self.layout.lines) for s in line if s in self.refused]
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Result:
     latency_ms: float  # the search's, for every request searched together with this one
     sentences: int
     left_out: list[str]
-    kept: int  # sentences without a single known word, passed through as they are
+    unchanged: int  # sentences without a single known word, passed through as they are
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
@@ -90,7 +90,7 @@ class LoadedModel:
         self.engine = engine
         self.translator = translator_for(folder, engine)
         self.batcher = SearchBatcher(self.translator)
-        self.search = search_settings_for(folder)
+        self.search = SearchSettings.of(folder)
         self.clauses = ClauseSplitter.of(folder, split_clauses)
         self.min_mean_log_prob = folder.min_mean_log_prob()
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
@@ -106,14 +106,14 @@ class LoadedModel:
         """Lines → sentences → token ids. Characters the vocabulary lacks (emoji, other scripts) are taken
         out, since the model would only see <unk>; a sentence left without a letter or digit is kept as is.
         A sentence that cannot be cut to the token limit is refused alone, so the rest still translates."""
-        shape = layout(text, self.config.src_lang)
-        unknown = self.tokenizer.unknown_characters(" ".join(shape.sentences))
+        laid_out = layout(text, self.config.src_lang)
+        unknown = self.tokenizer.unknown_characters(" ".join(laid_out.sentences))
         src_ids: list[list[int]] = []
-        owner: list[int] = []
+        sentence_of: list[int] = []
         clauses: list[Clause] = []
         left_out: set[str] = set()
         refused: dict[int, str] = {}
-        for index, sentence in enumerate(shape.sentences):
+        for index, sentence in enumerate(laid_out.sentences):
             known = " ".join("".join(ch for ch in sentence if ch not in unknown).split())
             if not any(ch.isalnum() for ch in known):
                 continue
@@ -127,48 +127,52 @@ class LoadedModel:
                 whole = self.translator.source_ids(piece)
                 cut = self.clauses.split(piece, len(whole))
                 src_ids += [whole] if len(cut) == 1 else [self.translator.source_ids(c.query()) for c in cut]
-                owner += [index] * len(cut)
+                sentence_of += [index] * len(cut)
                 clauses += cut
-        return Prepared(shape, src_ids, owner, clauses, sorted(left_out), refused)
+        return Prepared(laid_out, src_ids, sentence_of, clauses, sorted(left_out), refused)
 
-    def run(self, prepared: Prepared, beam_size: int, on_batch: Callable[[int], object] | None = None) -> Result:
+    def settings(self, beam_size: int | None) -> SearchSettings:
+        """The folder's search settings with ``beam_size`` (None: the folder's own)."""
+        return self.search if beam_size is None else replace(self.search, beam_size=beam_size)
+
+    def run(
+        self, prepared: Prepared, beam_size: int | None = None, on_batch: Callable[[int], object] | None = None
+    ) -> Result:
         """Search all pieces as one batch; ``on_batch(k)`` after each batch of k pieces."""
-        settings = replace(self.search, beam_size=beam_size)
         started = time.perf_counter()
-        outputs = self.translator.outputs(prepared.src_ids, settings, on_batch)
+        outputs = self.translator.outputs(prepared.src_ids, self.settings(beam_size), on_batch)
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def translate(self, text: str, beam_size: int) -> Result:
+    def translate(self, text: str, beam_size: int | None = None) -> Result:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
         other requests of the moment (``batching.py``); refused whole if any sentence is."""
         prepared = self.prepare(text)
         refuse_any(prepared.refusals())
-        settings = replace(self.search, beam_size=beam_size)
         started = time.perf_counter()
-        outputs = self.batcher.outputs(prepared.src_ids, settings)
+        outputs = self.batcher.outputs(prepared.src_ids, self.settings(beam_size))
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def submit(self, text: str, beam_size: int) -> tuple[Prepared, Future[list[Output]]]:
+    def submit(self, text: str, beam_size: int | None) -> tuple[Prepared, Future[list[Output]]]:
         """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
         prepared = self.prepare(text)
-        return prepared, self.batcher.submit(prepared.src_ids, replace(self.search, beam_size=beam_size))
+        return prepared, self.batcher.submit(prepared.src_ids, self.settings(beam_size))
 
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines."""
         out_ids = [output.tokens for output in outputs]
-        per_sentence = list(prepared.shape.sentences)
-        for index in {*prepared.owner, *prepared.refused}:
+        per_sentence = list(prepared.layout.sentences)
+        for index in {*prepared.sentence_of, *prepared.refused}:
             per_sentence[index] = ""
-        for index, clause, ids in zip(prepared.owner, prepared.clauses, out_ids, strict=True):
+        for index, clause, ids in zip(prepared.sentence_of, prepared.clauses, out_ids, strict=True):
             piece = self.clauses.render(clause, self.tokenizer.decode(ids))
             per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
         return Result(
-            reassemble(prepared.shape, per_sentence) if per_sentence else "",
+            reassemble(prepared.layout, per_sentence) if per_sentence else "",
             self.provider,
             latency_ms,
             len(per_sentence),
             prepared.left_out,
-            len(per_sentence) - len(set(prepared.owner)) - len(prepared.refused),
+            len(per_sentence) - len(set(prepared.sentence_of)) - len(prepared.refused),
             short_lines(prepared, out_ids),
             unsure_lines(prepared, outputs, self.min_mean_log_prob),
             prepared.refusals(),
@@ -197,11 +201,11 @@ def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
     """Lines with a sentence whose output has under ``SHORT_RATIO`` of its source's tokens (pieces summed)."""
     source: Counter[int] = Counter()
     output: Counter[int] = Counter()
-    for sentence, src, out in zip(prepared.owner, prepared.src_ids, out_ids, strict=True):
+    for sentence, src, out in zip(prepared.sentence_of, prepared.src_ids, out_ids, strict=True):
         source[sentence] += len(src) - 1  # without </s>
         output[sentence] += len(out)
     short = {i for i, n in source.items() if n >= SHORT_MIN_SOURCE and output[i] < SHORT_RATIO * n}
-    return [number for number, line in enumerate(prepared.shape.lines) if short.intersection(line)]
+    return [number for number, line in enumerate(prepared.layout.lines) if short.intersection(line)]
 
 
 def unsure_lines(prepared: Prepared, outputs: list[Output], min_mean_log_prob: float | None) -> list[int]:
@@ -211,10 +215,10 @@ def unsure_lines(prepared: Prepared, outputs: list[Output], min_mean_log_prob: f
     if min_mean_log_prob is None:
         return []
     pieces: dict[int, list[Output]] = {}
-    for sentence, output in zip(prepared.owner, outputs, strict=True):
+    for sentence, output in zip(prepared.sentence_of, outputs, strict=True):
         pieces.setdefault(sentence, []).append(output)
     unsure = {i for i, own in pieces.items() if mean_log_prob(own) < min_mean_log_prob}
-    return [number for number, line in enumerate(prepared.shape.lines) if unsure.intersection(line)]
+    return [number for number, line in enumerate(prepared.layout.lines) if unsure.intersection(line)]
 
 
 class TranslationService:
@@ -242,13 +246,13 @@ class TranslationService:
                 return_freed_memory()  # what building the engine's graphs took
             return self.models[name]
 
-    def translate_many(self, requests: Sequence[tuple[str, str, int]]) -> list[Result]:
-        """Requests of the page or the API, each (text, model, beam size), at most ``MAX_CHARS`` characters each:
+    def translate_many(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result]:
+        """Requests of the page or the API, each (text, model, beam size or None for the folder's), at most
+        ``MAX_CHARS`` characters each:
         all handed to their model's batcher before any is waited for, so they are searched together. A sentence
         that cannot be translated (a single word over the token limit) is left out and named in ``refused``.
         The latency covers the search."""
-        for text, _, beam_size in requests:
-            check_beam(beam_size)
+        for text, _, _ in requests:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
@@ -257,32 +261,25 @@ class TranslationService:
         latency_ms = milliseconds_since(started)
         return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
 
-    def translate(self, text: str, model: str, beam_size: int = 4) -> Result:
+    def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""
         result = self.translate_many([(text, model, beam_size)])[0]
         refuse_any(result.refused)
         return result
 
-    def attention(self, text: str, model: str, beam_size: int) -> Attention | None:
+    def attention(self, text: str, model: str, beam_size: int | None = None) -> Attention | None:
         """The heatmap's data, asked for by the page only: the first piece of ``text`` searched again (to the
         output it had, since a search does not depend on its batch), then a forced pass of the decoder over it."""
-        check_beam(beam_size)
         check_length(text)
         loaded = self.model(model)
         prepared = loaded.prepare(text)
         if not prepared.src_ids:
             return None
         first = prepared.src_ids[0]
-        out_ids = loaded.batcher.outputs([first], replace(loaded.search, beam_size=beam_size))[0].tokens
+        out_ids = loaded.batcher.outputs([first], loaded.settings(beam_size))[0].tokens
         return loaded.attention(first, out_ids)
 
-    def translate_file(self, text: str, model: str, beam_size: int = 4) -> str:
+    def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
         """An uploaded file's text, at most ``MAX_FILE_CHARS`` characters, translated line by line."""
-        check_beam(beam_size)
         check_length(text, MAX_FILE_CHARS, "the file")
         return self.model(model).translate(text, beam_size).text
-
-
-def check_beam(beam_size: int) -> None:
-    if not 1 <= beam_size <= MAX_BEAM:
-        raise ValueError(f"beam size must be between 1 and {MAX_BEAM}, got {beam_size}")

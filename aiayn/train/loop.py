@@ -23,6 +23,7 @@ from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, SEARCH_SECTION, VA
 from aiayn.data.batching import BatchPlan, plan_batches
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
+from aiayn.engines.pytorch import resolve_device
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import load_folder_weights, load_state_strict, save_weights
 from aiayn.train.batches import to_tensors
@@ -37,9 +38,9 @@ from aiayn.train.start import (
     LAST_CHECKPOINT,
     RESUME_FIX,
     Start,
+    choose_start,
     continued_config,
     continued_search,
-    decide,
     preset_config,
 )
 from aiayn.train.step import accumulate_gradients
@@ -52,14 +53,6 @@ NO_RECORD = (
     "--init-from {path} has no {record} (an imported checkpoint): eq. 3's learning rate starts at step 0, with a "
     "warm-up (--warmup and --lr-scale set it yourself)"
 )
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for, but PyTorch sees no GPU; use --device cpu")
-    return torch.device(name)
 
 
 def hardware_summary(device: torch.device, world_size: int, precision: str) -> dict[str, Any]:
@@ -103,11 +96,11 @@ class Trainer:
     def __init__(self, options: TrainOptions, train: PairSource | None, val: PairSource | None) -> None:
         self.rank = int(os.environ.get("RANK", 0))
         self.world_size = int(os.environ.get("WORLD_SIZE", 1))
-        self.device = pick_device(options.device)
+        self.device = torch.device(resolve_device(options.device))
         if self.world_size > 1 and self.device.type == "cuda":
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         self.precision = resolve_precision(options.precision, self.device)
-        start = decide(options.resume, Path(options.out), options.init_from)
+        start = choose_start(options.resume, Path(options.out), options.init_from)
         parent = ModelFolder.open(options.init_from) if start is Start.CONTINUE and options.init_from else None
         self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
         self.checkpoint_dir = self.folder.checkpoint_dir

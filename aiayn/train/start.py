@@ -1,6 +1,6 @@
 """How a run starts: new, resumed from its own checkpoint, or continued from another model folder.
 
-``decide`` is a pure function of the options and what is on disk; the
+``choose_start`` is a pure function of the options and what is on disk; the
 trainer then builds the model, tokenizer and progress for that case.
 """
 
@@ -32,7 +32,7 @@ class Start(Enum):
     CONTINUE = "continue"  # a new run from a finished folder's tokenizer, config and weights (--init-from)
 
 
-def decide(resume: bool, out: Path, init_from: Path | None) -> Start:
+def choose_start(resume: bool, out: Path, init_from: Path | None) -> Start:
     """The case, or a clear refusal: an --out holding a run needs --resume; a run cannot continue itself."""
     if resume:
         if not (Path(out) / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file():

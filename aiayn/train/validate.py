@@ -10,7 +10,7 @@ import torch
 from aiayn.core.folder import ModelFolder
 from aiayn.data.batching import token_batches
 from aiayn.data.prepare import PreparedData
-from aiayn.engines.load import search_settings_for, translator_for
+from aiayn.engines.load import translator_for
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.confidence import calibrate_confidence
 from aiayn.evaluation.metrics import score
@@ -49,4 +49,4 @@ def calibrate_kept_weights(folder: ModelFolder, data: PreparedData, device: torc
     model = load_model(folder, device)
     translator = translator_for(folder, TorchEngine(model, device), max_sentences=256)
     sources = data.valid.source_ids(model.config.special_tokens.eos)
-    return calibrate_confidence(folder, translator, sources, search_settings_for(folder), "validation split of the run")
+    return calibrate_confidence(folder, translator, sources, SearchSettings.of(folder), "validation split of the run")

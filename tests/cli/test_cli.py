@@ -43,7 +43,7 @@ def test_standard_input_line_for_line(bundled: dict[str, Path]) -> None:
         check=True,
     )
     assert result.stdout.splitlines() == EXPECTED
-    assert "engine onnx, execution provider: CPUExecutionProvider" in result.stderr  # the engine as it was named
+    assert "engine onnx-serving, execution provider: CPUExecutionProvider" in result.stderr  # the engine it took
 
 
 def test_a_file_with_a_progress_bar_and_the_torch_engine_agrees(
@@ -107,7 +107,7 @@ def test_bad_flags_are_refused_by_the_parser(capsys: pytest.CaptureFixture[str],
         main(["translate", *flags, "a dog"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("usage: aiayn translate")
-    assert "invalid" in err or "must be a positive integer" in err
+    assert "invalid" in err or "must be a positive integer" in err or "must be a whole number from 1 to 8" in err
 
 
 def test_non_utf8_input_is_refused(
@@ -130,12 +130,25 @@ def test_cuda_without_a_gpu_is_a_clear_error(bundled: dict[str, Path], capsys: p
     assert "Traceback" not in err and "[E:onnxruntime" not in err
 
 
+def test_the_torch_engine_runs_on_the_device_asked_or_says_why_not(
+    bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("PyTorch sees a GPU here")
+    code, _, err = run_cli(["translate", "--engine", "torch", "--device", "cuda", "A dog."], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "aiayn translate: error: --device cuda: PyTorch sees no GPU here; use --device cpu, or auto to take one "
+        "where found"
+    ]
+
+
 def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str, Path]) -> None:
     model = TranslationService(device="cpu").model("en-de")
     plain = model.translate("A dog runs on the beach.", 4).text
     with_emoji = model.translate("A dog 🐕 runs on the beach. Привет!", 4)
     assert with_emoji.text == f"{plain} Привет!"  # the emoji left out and said so; the Russian kept as is
-    assert with_emoji.left_out == ["🐕"] and with_emoji.kept == 1
+    assert with_emoji.left_out == ["🐕"] and with_emoji.unchanged == 1
     long_sentence = " ".join(["the big dog runs and the small cat sleeps"] * 45)  # ~410 tokens, one sentence
     pieces = split_long(long_sentence, model.count_tokens)
     assert len(pieces) >= 3 and " ".join(pieces) == long_sentence
@@ -201,7 +214,7 @@ def test_an_over_long_word_leaves_its_line_untranslated_and_the_rest_translated(
     assert code == 2 and "Traceback" not in err
     # The sentence with the word is left out of its line (a line of one sentence stays blank); the rest translates.
     assert out.splitlines() == [EXPECTED[0], "", EXPECTED[3], ""]
-    assert "line 2: not translated: a single word of" in err and "line 4: not translated:" in err
+    assert "line 2 not translated: a single word of" in err and "line 4 not translated:" in err
     assert err.splitlines()[-1] == (
         "aiayn translate: error: 2 sentence(s) not translated, on line(s) 2, 4; the rest is translated"
     )

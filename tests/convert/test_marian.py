@@ -126,9 +126,9 @@ def test_beam_4_with_the_checkpoints_normalisation(
     src = source_ids(checkpoint, held_out)
     expected = hf_outputs(checkpoint, src, beams=4)
     translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
-    from aiayn.engines.load import search_settings_for
+    from aiayn.search.translator import SearchSettings
 
-    ours = translator.translate_ids(src, search_settings_for(folder, max_extra_len=EXTRA))
+    ours = translator.translate_ids(src, SearchSettings.of(folder, max_extra_len=EXTRA))
     same = sum(a == b for a, b in zip(ours, expected, strict=True))
     print(f"beam 4, power normalisation: {same}/{SENTENCES} identical to generate(num_beams=4)")
     assert same >= 0.9 * SENTENCES
@@ -356,14 +356,14 @@ def test_beam_4_of_a_target_with_the_checkpoints_normalisation(
 ) -> None:
     """As ``test_beam_4_with_the_checkpoints_normalisation``, with >>por<< before every source: the share that
     agrees with generate(num_beams=4) (language tokens banned in both) is stated, and must be most of them."""
-    from aiayn.engines.load import search_settings_for
+    from aiayn.search.translator import SearchSettings
 
     checkpoint = marian_checkpoint("swish", True, TARGETS)
     folder = imported(checkpoint, tmp_path, "--tgt", "por")
     src = source_ids(checkpoint, with_token("por", held_out))
     expected = hf_outputs(checkpoint, src, beams=4, never=folder.config.never_generate)
     translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
-    ours = translator.translate_ids(src, search_settings_for(folder, max_extra_len=EXTRA))
+    ours = translator.translate_ids(src, SearchSettings.of(folder, max_extra_len=EXTRA))
     same = sum(a == b for a, b in zip(ours, expected, strict=True))
     print(f"multi-target, beam 4, power normalisation: {same}/{SENTENCES} identical to generate(num_beams=4)")
     assert same >= 0.9 * SENTENCES

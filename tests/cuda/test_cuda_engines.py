@@ -28,13 +28,14 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
-from aiayn.engines.load import search_settings_for, translator_for
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.load import translator_for
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
 from aiayn.search.step import StepModel
+from aiayn.search.translator import SearchSettings
 
 pytestmark = pytest.mark.cuda
 
@@ -66,13 +67,13 @@ def translate_ids(engine: StepModel[Any], folder: Path, beam: int, sentences: in
     model = ModelFolder.open(folder)
     translator = translator_for(model, engine)
     src_ids = [translator.source_ids(s) for s in flickr(folder, sentences).src]
-    return translator.translate_ids(src_ids, search_settings_for(model, beam_size=beam))
+    return translator.translate_ids(src_ids, SearchSettings.of(model, beam_size=beam))
 
 
 @functools.cache
 def cpu_fp32_ids(folder: Path, beam: int, sentences: int) -> list[list[int]]:
     """The reference: the contract's fp32 graphs on the CPU provider, state on the host."""
-    return translate_ids(OnnxEngine.load(folder, device="cpu"), folder, beam, sentences)
+    return translate_ids(PortableOnnxEngine.load(folder, device="cpu"), folder, beam, sentences)
 
 
 def bleu(folder: Path, ids: list[list[int]], sentences: int) -> float:
@@ -92,7 +93,7 @@ def test_fp32_on_cuda_gives_the_ids_of_the_cpu_engine(
     bundled: dict[str, Path], device: str, sentences: int, name: str, beam: int
 ) -> None:
     folder = bundled[name]
-    engine = OnnxEngine.load(folder, device=device, io_binding=True)
+    engine = PortableOnnxEngine.load(folder, device=device, io_binding=True)
     assert engine.provider == provider_of(device) and isinstance(engine.io, BoundIO)
     started = time.perf_counter()
     ids = translate_ids(engine, folder, beam, sentences)
@@ -133,7 +134,7 @@ def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
     bundled: dict[str, Path], fp16_folders: dict[str, Path], device: str, sentences: int, name: str, beam: int
 ) -> None:
     folder = fp16_folders[name]
-    engine = OnnxEngine.load(folder, device=device, variant="fp16")
+    engine = PortableOnnxEngine.load(folder, device=device, variant="fp16")
     assert engine.provider == provider_of(device)
     started = time.perf_counter()
     fp16 = bleu(folder, translate_ids(engine, folder, beam, sentences), sentences)

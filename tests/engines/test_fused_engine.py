@@ -19,20 +19,21 @@ import onnxruntime as ort
 import pytest
 
 from aiayn.core.config import ModelConfig
-from aiayn.core.contract import OPSET, serving_decoder_spec, serving_encoder_spec
+from aiayn.core.contract import OPSET
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
-from aiayn.engines.onnx.engine import OnnxEngine
-from aiayn.engines.onnx.fused import FusedOnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.fused import ServingOnnxEngine
 from aiayn.engines.onnx.serving_graphs import ExternalWeights, GraphBuilder, two_stage_top_k
+from aiayn.engines.onnx.serving_spec import serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import check_built_graph, graph_problems
 from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
 TOLERANCE = 1e-4
-Engines = tuple[OnnxEngine, FusedOnnxEngine]
+Engines = tuple[PortableOnnxEngine, ServingOnnxEngine]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def model_dir(bundled: dict[str, Path]) -> Path:
 
 @pytest.fixture(scope="module")
 def engines(model_dir: Path) -> Engines:
-    return OnnxEngine.load(model_dir, "cpu", threads=1), FusedOnnxEngine.load(model_dir, threads=1)
+    return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingOnnxEngine.load(model_dir, threads=1)
 
 
 def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> np.ndarray:
@@ -54,7 +55,7 @@ def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> 
     return src
 
 
-def compare(ref: Any, ours: FusedOnnxEngine, src: np.ndarray, plan: list[str], seed: int) -> None:
+def compare(ref: Any, ours: ServingOnnxEngine, src: np.ndarray, plan: list[str], seed: int) -> None:
     """Drive both engines through ``plan`` (steps and selections of several kinds) and compare every step."""
     rng = np.random.default_rng(seed)
     a, b = ref.start(src), ours.start(src)
@@ -142,7 +143,7 @@ def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
     """The serving graphs are written to a temporary directory only while the sessions are built."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    FusedOnnxEngine.load(model_dir, threads=1)
+    ServingOnnxEngine.load(model_dir, threads=1)
     assert list(tmp_path.iterdir()) == []
 
     def no_space(self: ExternalWeights, name: str, value: np.ndarray) -> onnx.TensorProto:
@@ -151,7 +152,7 @@ def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
     monkeypatch.setattr(ExternalWeights, "reference", no_space)
     message = f"cannot write the serving graphs to {tmp_path} .No space left on device.*TMPDIR"
     with pytest.raises(ValueError, match=message):
-        FusedOnnxEngine.load(model_dir, threads=1)
+        ServingOnnxEngine.load(model_dir, threads=1)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -160,8 +161,8 @@ def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
     agreement with fp32 on real sentences."""
     folder = ModelFolder.open(model_dir)
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    fp32 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1))
-    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, variant="int8"))
+    fp32 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1))
+    int8 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1, variant="int8"))
     src_ids = [fp32.source_ids(s) for s in corpus.src[:40]]
     settings = SearchSettings(beam_size=1)
     quantized, exact = int8.translate_ids(src_ids, settings), fp32.translate_ids(src_ids, settings)
@@ -220,7 +221,7 @@ def test_random_models_against_torch(changes: dict[str, object], tmp_path: Path)
                 param.add_(torch.randn_like(param) * 0.1)
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     encoder, decoder = build_serving_graphs(config, weights, tmp_path)
-    ours = FusedOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1)
+    ours = ServingOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1)
     ref = TorchEngine(model)
     for batch in (1, 9):
         src = random_sources(np.random.default_rng(batch), batch, config.vocab_size)
@@ -232,8 +233,8 @@ def test_real_sentences_translate_identically(bundled: dict[str, Path], multi30k
     """The first 200 test sentences, greedy and beam 4, in the batches the translator makes."""
     folder = ModelFolder.open(bundled[name])
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    portable = translator_for(folder, OnnxEngine.load(folder, "cpu"))
-    fused = translator_for(folder, FusedOnnxEngine.load(folder))
+    portable = translator_for(folder, PortableOnnxEngine.load(folder, "cpu"))
+    fused = translator_for(folder, ServingOnnxEngine.load(folder))
     src_ids = [portable.source_ids(s) for s in corpus.src[:200]]
     for beam in (1, 4):
         settings = SearchSettings(beam_size=beam)
@@ -260,7 +261,7 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
     pytest.importorskip("torch")
     folder = imported_like
     fused = load_engine(folder, ONNX, "cpu", cores=1)
-    assert isinstance(fused, FusedOnnxEngine)
+    assert isinstance(fused, ServingOnnxEngine)
     portable, torch_engine = load_engine(folder, ONNX_PORTABLE, "cpu", cores=1), load_engine(folder, TORCH)
     src_ids = imported_sources(folder.config)
     for reference in (torch_engine, portable):
@@ -275,6 +276,6 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
 def test_imported_choices_in_int8(imported_like: ModelFolder) -> None:
     """The int8 serving graphs build with every choice (the activations, the logits bias) and translate."""
     folder = imported_like
-    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, variant="int8"))
+    int8 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1, variant="int8"))
     outputs = int8.translate_ids(imported_sources(folder.config, 4), SearchSettings(beam_size=4))
     assert len(outputs) == 4 and not any(folder.config.special_tokens.pad in ids for ids in outputs)

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.load import ENGINES, load_engine, search_settings_for, translator_for
+from aiayn.engines.load import ENGINES, load_engine, translator_for
 from aiayn.model.weights import load_model
 from aiayn.search.output import Output
+from aiayn.search.translator import SearchSettings
 
 SENTENCES = ["Two dogs play in the snow.", "a small dog runs after two blue birds!", "the red cat sleeps."]
 
@@ -37,7 +38,7 @@ def test_scores_are_the_models_log_probabilities(
         special = folder.config.special_tokens
         translator = translator_for(folder, load_engine(folder, engine, "cpu"))
         src_ids = [translator.source_ids(s) for s in SENTENCES]
-        settings = search_settings_for(folder, beam_size=beam, max_extra_len=extra)
+        settings = SearchSettings.of(folder, beam_size=beam, max_extra_len=extra)
         outputs = translator.outputs(src_ids, settings)
         assert [o.tokens for o in outputs] == translator.translate_ids(src_ids, settings)
         assert all(o.ended == ended for o in outputs)  # the random model never ends, the trained one always

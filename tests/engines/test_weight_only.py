@@ -12,7 +12,7 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import BLOCK_VARIANTS, ONNX
 from aiayn.engines.load import load_engine, translator_for
-from aiayn.engines.onnx.fused import FusedOnnxEngine
+from aiayn.engines.onnx.fused import ServingOnnxEngine
 from aiayn.search.translator import SearchSettings, Translator
 
 
@@ -27,13 +27,13 @@ def folder(bundled: dict[str, Path]) -> ModelFolder:
 
 
 @pytest.fixture(scope="module")
-def engine(folder: ModelFolder, variant: str) -> FusedOnnxEngine:
+def engine(folder: ModelFolder, variant: str) -> ServingOnnxEngine:
     engine = load_engine(folder, ONNX, "cpu", variant, cores=1)
-    assert isinstance(engine, FusedOnnxEngine)
+    assert isinstance(engine, ServingOnnxEngine)
     return engine
 
 
-def alone_and_in_batches(engine: FusedOnnxEngine, folder: ModelFolder, src_ids: list[list[int]], beam: int):
+def alone_and_in_batches(engine: ServingOnnxEngine, folder: ModelFolder, src_ids: list[list[int]], beam: int):
     """Each source searched on its own, and all of them in batches of up to 32 (the translator's grouping)."""
     settings = SearchSettings(beam_size=beam)
     alone = Translator(engine, folder.tokenizer, folder.config.max_len, max_sentences=1)
@@ -42,7 +42,7 @@ def alone_and_in_batches(engine: FusedOnnxEngine, folder: ModelFolder, src_ids: 
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-def test_batch_mates_change_no_bit_of_a_translation(engine: FusedOnnxEngine, folder: ModelFolder, beam: int) -> None:
+def test_batch_mates_change_no_bit_of_a_translation(engine: ServingOnnxEngine, folder: ModelFolder, beam: int) -> None:
     """Sources of one length (so that no batch pads them): the very same outputs and log-probabilities, bit for
     bit, alone as in a batch of 32, while sentences leave the batch one by one (the 4-bit graphs' spare rows)."""
     rng = np.random.default_rng(beam)
@@ -53,7 +53,7 @@ def test_batch_mates_change_no_bit_of_a_translation(engine: FusedOnnxEngine, fol
     assert [o.log_prob for o in alone] == [o.log_prob for o in together]
 
 
-def test_batch_mates_change_no_translation(engine: FusedOnnxEngine, folder: ModelFolder, multi30k_dir: Path) -> None:
+def test_batch_mates_change_no_translation(engine: ServingOnnxEngine, folder: ModelFolder, multi30k_dir: Path) -> None:
     """Real sentences of every length, greedy and beam 4: the same translation alone as in batches of 32 (the
     log-probabilities may differ in their last bits, where attention sums over a padded source; fp32 alike)."""
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
@@ -65,7 +65,7 @@ def test_batch_mates_change_no_translation(engine: FusedOnnxEngine, folder: Mode
 
 
 def test_weight_only_translations_stay_close_to_fp32(
-    engine: FusedOnnxEngine, folder: ModelFolder, variant: str, multi30k_dir: Path
+    engine: ServingOnnxEngine, folder: ModelFolder, variant: str, multi30k_dir: Path
 ) -> None:
     """Not exact, so judged by agreement with fp32 on real sentences (BLEU: docs/speed.md)."""
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)

@@ -11,8 +11,7 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
-from aiayn.engines.load import search_settings_for
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.evaluation.evaluate import tune_length_penalty
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.service import TranslationService
@@ -26,12 +25,14 @@ def folder(tiny_folder: Path, tmp_path: Path) -> Path:
 
 
 def test_a_folder_without_a_tuned_value_uses_the_papers(folder: Path) -> None:
-    assert search_settings_for(ModelFolder.open(folder)) == SearchSettings(beam_size=4, length_penalty=0.6)
-    assert search_settings_for(ModelFolder.open(folder), beam_size=2, length_penalty=1.0).length_penalty == 1.0
+    assert SearchSettings.of(ModelFolder.open(folder)) == SearchSettings(beam_size=4, length_penalty=0.6)
+    assert SearchSettings.of(ModelFolder.open(folder), beam_size=2, length_penalty=1.0).length_penalty == 1.0
 
 
 def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path) -> None:
-    translator = Translator(OnnxEngine.load(folder, device="cpu"), SubwordTokenizer.load(folder / "tokenizer.json"), 64)
+    translator = Translator(
+        PortableOnnxEngine.load(folder, device="cpu"), SubwordTokenizer.load(folder / "tokenizer.json"), 64
+    )
     before = json.loads((folder / "config.json").read_text())
     val = ParallelCorpus(SENTENCES, SENTENCES, "en", "de", "val")
     bleu = tune_length_penalty(ModelFolder.open(folder), translator, val, 3, [0.6, 1.2, 2.0])
@@ -44,7 +45,7 @@ def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path
         "2.0",
     }
     assert after["model"] == before["model"] and after["onnx"] == before["onnx"]  # the graphs' stamps still match
-    tuned = search_settings_for(ModelFolder.open(folder), beam_size=2)
+    tuned = SearchSettings.of(ModelFolder.open(folder), beam_size=2)
     assert tuned == SearchSettings(beam_size=2, length_penalty=best)
     assert TranslationService(device="cpu").model(str(folder)).search.length_penalty == best
 

@@ -30,7 +30,7 @@ from aiayn.core.contract import (
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.export import checks
 from aiayn.export.ctranslate2 import ctranslate2_greedy, export_ctranslate2
@@ -54,13 +54,13 @@ def folder(tiny_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engines(folder: Path) -> tuple[TorchEngine, OnnxEngine]:
-    return TorchEngine(load_model(folder)), OnnxEngine.load(folder, device="cpu")
-
+def engines(folder: Path) -> tuple[TorchEngine, PortableOnnxEngine]:
+    return TorchEngine(load_model(folder)), PortableOnnxEngine.load(folder, device="cpu")
 
 
 def load_config(folder: Path) -> ModelConfig:
     return ModelFolder.open(folder).config
+
 
 def random_src(seed: int, batch: int, length: int, vocab: int) -> np.ndarray:
     """Random ids ending in </s>; the first row is padded after half its length."""
@@ -120,7 +120,7 @@ def test_large_weights_are_stored_as_fp16_and_the_files_stay_small(folder: Path)
 
 @pytest.mark.parametrize(("batch", "src_len"), [(1, 1), (7, 60)])
 def test_axes_are_dynamic_and_onnx_equals_pytorch(
-    folder: Path, engines: tuple[TorchEngine, OnnxEngine], batch: int, src_len: int
+    folder: Path, engines: tuple[TorchEngine, PortableOnnxEngine], batch: int, src_len: int
 ) -> None:
     """Sizes unlike the export example (batch 3, src 7, past 4, new 2): batch 1 and 7, lengths 1 and 60,
     past_len 0 on the first step, a prefill of new_len 60, then a step after past_len 60."""
@@ -137,7 +137,7 @@ def test_axes_are_dynamic_and_onnx_equals_pytorch(
 
 
 def test_the_parity_check_passes_on_a_true_export_and_fails_on_a_wrong_one(
-    folder: Path, engines: tuple[TorchEngine, OnnxEngine]
+    folder: Path, engines: tuple[TorchEngine, PortableOnnxEngine]
 ) -> None:
     torch_engine, onnx_engine = engines
     translator = Translator(torch_engine, SubwordTokenizer.load(folder / "tokenizer.json"), 64)
@@ -146,11 +146,11 @@ def test_the_parity_check_passes_on_a_true_export_and_fails_on_a_wrong_one(
     assert report.max_abs_diff <= 1e-4 and report.sentences == 12
     assert [b for b, _ in report.batch_shapes] == [1, 7, 4]
     with pytest.raises(ParityError, match="disagree: max .log-prob difference"):
-        check_logits(torch_engine, OnnxEngine.load(folder, device="cpu", variant="int8"), src_ids[:2])
+        check_logits(torch_engine, PortableOnnxEngine.load(folder, device="cpu", variant="int8"), src_ids[:2])
 
 
 def test_greedy_and_beam_translations_are_token_identical(
-    folder: Path, engines: tuple[TorchEngine, OnnxEngine]
+    folder: Path, engines: tuple[TorchEngine, PortableOnnxEngine]
 ) -> None:
     tokenizer = SubwordTokenizer.load(folder / "tokenizer.json")
     torch_translator, onnx_translator = (Translator(engine, tokenizer, 64) for engine in engines)
@@ -166,16 +166,16 @@ def test_stale_or_incomplete_exports_are_refused(folder: Path, tmp_path: Path) -
     weights = copy / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(ValueError, match=r"other weights.*re-export the folder with `aiayn export"):
-        OnnxEngine.load(copy, device="cpu", variant="int8")
+        PortableOnnxEngine.load(copy, device="cpu", variant="int8")
     shutil.copy(folder / "model.safetensors", weights)
     config = json.loads((copy / "config.json").read_text())
     config["model"]["layer_norm_eps"] = 1e-5
     (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"another config.json.*re-export"):
-        OnnxEngine.load(copy, device="cpu")
+        PortableOnnxEngine.load(copy, device="cpu")
     (copy / DECODER_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="decoder.onnx"):
-        OnnxEngine.load(copy, device="cpu")
+        PortableOnnxEngine.load(copy, device="cpu")
 
 
 def test_only_the_folders_own_weights_are_exported(folder: Path, tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_only_the_folders_own_weights_are_exported(folder: Path, tmp_path: Path)
 
 
 def test_int8_loads_translates_and_is_smaller(folder: Path) -> None:
-    engine = OnnxEngine.load(folder, device="cpu", variant="int8")
+    engine = PortableOnnxEngine.load(folder, device="cpu", variant="int8")
     translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), 64)
     outputs = translator.translate(SENTENCES, SearchSettings(beam_size=4, max_extra_len=5))
     assert len(outputs) == len(SENTENCES) and all(isinstance(o, str) for o in outputs)
@@ -200,7 +200,7 @@ def test_int8_loads_translates_and_is_smaller(folder: Path) -> None:
 
 
 def test_fp16_runs_close_to_fp32_with_positions_kept_in_fp32(folder: Path) -> None:
-    fp32, fp16 = (OnnxEngine.load(folder, device="cpu", variant=v) for v in ("fp32", "fp16"))
+    fp32, fp16 = (PortableOnnxEngine.load(folder, device="cpu", variant=v) for v in ("fp32", "fp16"))
     diff, _ = lockstep_max_diff(fp32, fp16, random_src(0, 3, 9, load_config(folder).vocab_size), max_steps=40)
     assert diff < 0.05
     graph = onnx.load(str(folder / variant_file(DECODER_FILE, "fp16"))).graph
@@ -274,7 +274,7 @@ def test_the_contract_doc_matches_the_code(bundled: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize("name", ["en-de", "de-en"])
 def test_bundled_exports_are_current_and_small(bundled: dict[str, Path], name: str) -> None:
-    engine = OnnxEngine.load(bundled[name], device="cpu")  # refuses stale graphs itself
+    engine = PortableOnnxEngine.load(bundled[name], device="cpu")  # refuses stale graphs itself
     assert engine.provider == "CPUExecutionProvider"
     bundle = sum((bundled[name] / f).stat().st_size for f in ("model.safetensors", ENCODER_FILE, DECODER_FILE))
     assert bundle <= 15e6, f"{name}: model.safetensors + graphs are {bundle / 1e6:.1f} MB"
@@ -286,7 +286,7 @@ def real_sentences(multi30k_dir: Path, src: str, tgt: str, n: int) -> list[str]:
 
 def test_bundled_graphs_equal_pytorch_on_real_sentences(bundled: dict[str, Path], multi30k_dir: Path) -> None:
     folder = bundled["en-de"]
-    torch_engine, onnx_engine = TorchEngine(load_model(folder)), OnnxEngine.load(folder, device="cpu")
+    torch_engine, onnx_engine = TorchEngine(load_model(folder)), PortableOnnxEngine.load(folder, device="cpu")
     translator = Translator(torch_engine, SubwordTokenizer.load(folder / "tokenizer.json"), 1024)
     src_ids = [translator.source_ids(s) for s in real_sentences(multi30k_dir, "en", "de", 8)]
     assert check_logits(torch_engine, onnx_engine, src_ids).max_abs_diff <= 1e-4
@@ -310,6 +310,6 @@ def test_int8_translates_a_real_sentence(bundled: dict[str, Path], tmp_path: Pat
     folder = tmp_path / "de-en"
     shutil.copytree(bundled["de-en"], folder)
     export_onnx(load_model(folder), folder, ("int8",))
-    engine = OnnxEngine.load(folder, device="cpu", variant="int8")
+    engine = PortableOnnxEngine.load(folder, device="cpu", variant="int8")
     translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), 1024)
     assert translator.translate(["Zwei Hunde spielen im Schnee."]) == ["Two dogs play in the snow."]

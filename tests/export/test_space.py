@@ -149,7 +149,7 @@ def test_an_imported_folder_names_its_checkpoint_and_licence(tiny_folder: Path, 
 
 
 def test_the_page_says_what_each_model_knows(bundled: dict[str, Path]) -> None:
-    from aiayn.serve.app import build_app
+    from aiayn.serve.page import build_app
     from aiayn.serve.service import TranslationService
 
     assert ModelFolder.open("de-en").provenance() == "trained on Multi30k image captions (29 000 pairs)"

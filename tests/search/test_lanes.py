@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.fused import FusedOnnxEngine
-from aiayn.search.translator import SearchSettings, Translator, spread
+from aiayn.engines.onnx.fused import ServingOnnxEngine
+from aiayn.search.translator import SearchSettings, Translator, split_for_lanes
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -20,7 +20,7 @@ def test_two_lanes_over_one_session_give_one_lanes_outputs(
     folder = ModelFolder.open(bundled["en-de"])
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:120]
-    engine = FusedOnnxEngine.load(folder, threads=1)  # one session: both lanes run it at once
+    engine = ServingOnnxEngine.load(folder, threads=1)  # one session: both lanes run it at once
     one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 8, 4096, lanes) for lanes in (1, 2))
     ids = [one.source_ids(s) for s in sentences]
     settings = SearchSettings(beam)
@@ -30,16 +30,19 @@ def test_two_lanes_over_one_session_give_one_lanes_outputs(
 
 
 def test_spread_cuts_the_largest_batch_while_that_lightens_the_busiest_lane() -> None:
-    assert spread([[0, 1, 2, 3, 4]], 2) == [[0, 1, 2], [3, 4]]
-    assert spread([[0, 1, 2, 3], [4]], 4) == [[0, 1], [2, 3], [4]]  # ⌈5 / 4⌉ = 2 a lane
-    assert spread([[0], [1, 2]], 2) == [[0], [1, 2]]  # already a batch per lane
+    assert split_for_lanes([[0, 1, 2, 3, 4]], 2) == [[0, 1, 2], [3, 4]]
+    assert split_for_lanes([[0, 1, 2, 3], [4]], 4) == [[0, 1], [2, 3], [4]]  # ⌈5 / 4⌉ = 2 a lane
+    assert split_for_lanes([[0], [1, 2]], 2) == [[0], [1, 2]]  # already a batch per lane
     full, short = list(range(32)), list(range(32, 40))  # a file's last batches: a full one beside a short one
-    assert spread([full, short], 2) == [full[:16], full[16:], short]
-    assert spread([full, full], 2) == [full, full]  # as many full batches as lanes: nothing to gain
-    assert spread([full + full, full[:8]], 2) == [full, full, full[:8]]  # 32 | 32 + 8, not 64 | 8
-    assert spread([full + full, full + full[:8]], 2) == [full + full, full + full[:8]]  # halves would make 32 + 40
-    assert spread([[0]], 4) == [[0]]  # one sentence cannot be cut
-    assert spread([], 2) == []
+    assert split_for_lanes([full, short], 2) == [full[:16], full[16:], short]
+    assert split_for_lanes([full, full], 2) == [full, full]  # as many full batches as lanes: nothing to gain
+    assert split_for_lanes([full + full, full[:8]], 2) == [full, full, full[:8]]  # 32 | 32 + 8, not 64 | 8
+    assert split_for_lanes([full + full, full + full[:8]], 2) == [
+        full + full,
+        full + full[:8],
+    ]  # halves would make 32 + 40
+    assert split_for_lanes([[0]], 4) == [[0]]  # one sentence cannot be cut
+    assert split_for_lanes([], 2) == []
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -51,7 +54,7 @@ def test_one_batch_cut_across_two_lanes_translates_as_one_lane(
     folder = ModelFolder.open(bundled["en-de"])
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:128]
-    engine = FusedOnnxEngine.load(folder, threads=1, lanes=2)
+    engine = ServingOnnxEngine.load(folder, threads=1, lanes=2)
     one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 64, 4096, lanes) for lanes in (1, 2))
     ids = [one.source_ids(s) for s in sentences]
     for start in range(0, len(ids), 32):

@@ -19,6 +19,7 @@ from aiayn.search import (
     mean_log_prob,
 )
 from aiayn.search.step import FullDistributionStep, top_columns
+from aiayn.search.translator import SearchSettings
 
 PAD, BOS, EOS = 0, 1, 2
 KEYS, POSITIONS = 5, 7
@@ -281,8 +282,9 @@ def test_done_sentences_leave_the_state() -> None:
 
 def test_bad_settings_are_refused() -> None:
     model = ToyModel.random(vocab=7, seed=0)
-    with pytest.raises(ValueError, match="beam size"):
-        beam_search(model, source(3), beam_size=0)
+    for beam_size in (0, 9):  # the one check of a beam size: the search's settings
+        with pytest.raises(ValueError, match=f"beam size must be a whole number from 1 to 8, got {beam_size}"):
+            SearchSettings(beam_size=beam_size)
     with pytest.raises(ValueError, match="max_len"):
         greedy_search(model, source(3), max_len=0)
 

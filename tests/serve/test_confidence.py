@@ -12,9 +12,10 @@ import pytest
 
 from aiayn.core.folder import CONFIDENCE_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines.load import load_engine, search_settings_for, translator_for
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.evaluation.confidence import FLAGGED_SHARE, calibrate_confidence
 from aiayn.search.output import Output
+from aiayn.search.translator import SearchSettings
 from aiayn.serve.service import LoadedModel, Result, TranslationService, unsure_lines
 
 OUT_OF_DOMAIN = [line.split("\t") for line in (Path(__file__).parent / "out_of_domain.tsv").read_text().splitlines()]
@@ -25,7 +26,7 @@ def test_a_line_the_model_is_unsure_of_is_named_on_the_page_and_the_cli(
     bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from aiayn.cli import main
-    from aiayn.serve.app import status_line
+    from aiayn.serve.status import status_line
 
     text = "Two dogs play in the snow.\nJohn and Mary visit Berlin."
     result = TranslationService().translate(text, str(bundled["en-de"]))
@@ -33,14 +34,14 @@ def test_a_line_the_model_is_unsure_of_is_named_on_the_page_and_the_cli(
     assert "line(s) 2: the model is unsure of this translation" in status_line(result)
     assert main(["translate", "--model", str(bundled["en-de"]), text]) == 0
     err = capsys.readouterr().err
-    assert "line 2: the model is unsure of this translation" in err and "line 1:" not in err
-    assert "unsure" not in status_line(Result("", "CPU", 1.0, 1, [], 0, None, [], []))
+    assert "line(s) 2: the model is unsure of this translation" in err and "line(s) 1" not in err
+    assert "unsure" not in status_line(Result("", "CPU", 1.0, 1, [], 0, [], [], []))
 
 
 def test_a_sentence_is_judged_on_all_its_pieces_and_a_line_on_each_sentence(bundled: dict[str, Path]) -> None:
     model = TranslationService().model(str(bundled["en-de"]))
     prepared = model.prepare("A dog runs. A cat sleeps.\nA bird sings.")
-    assert prepared.owner == [0, 1, 2]
+    assert prepared.sentence_of == [0, 1, 2]
     sure, unsure = Output([5, 6, 7], -0.3, True), Output([5, 6, 7], -4.0, True)
     assert unsure_lines(prepared, [sure, sure, sure], -0.5) == []
     assert unsure_lines(prepared, [sure, unsure, sure], -0.5) == [0]  # one sentence of the line is enough
@@ -69,7 +70,7 @@ def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder
     translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
     words = "the red cat sleeps on old chair a small dog runs after two blue birds".split()
     sources = [translator.source_ids(" ".join(words[i : i + 1 + i % 5])) for i in range(len(words))] * 3
-    settings = search_settings_for(folder, beam_size=1, max_extra_len=5)
+    settings = SearchSettings.of(folder, beam_size=1, max_extra_len=5)
     section = calibrate_confidence(folder, translator, sources, settings, "val")
     reopened = ModelFolder.open(path)
     assert reopened.section(CONFIDENCE_SECTION) == section and section["sentences"] == len(sources)

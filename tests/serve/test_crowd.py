@@ -9,18 +9,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
 import pytest
+from gradio_client import Client
 
-import aiayn.serve.admission
+import aiayn.serve.page
 from aiayn.bench.crowd import Connection, HttpError, ask_page, crowd, one_at_a_time
+from aiayn.core.folder import SEARCH_SECTION, ModelFolder
 from aiayn.serve.api import json_route
-from aiayn.serve.app import build_app, launch, status_line
+from aiayn.serve.page import build_app
+from aiayn.serve.server import launch
 from aiayn.serve.service import Result, TranslationService
+from aiayn.serve.status import status_line
 
 SENTENCES = [
     "Two dogs play in the snow.",
@@ -39,12 +44,16 @@ def service(bundled: dict[str, Path]) -> TranslationService:
     return TranslationService(device="cpu")
 
 
-def serve(service: TranslationService) -> tuple[gr.Blocks, int]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+def serve(service: TranslationService) -> tuple[gr.Blocks, int]:
+    port = free_port()
     page = build_app(service, ["en-de"])
-    launch(page, port=port, block=False, routes=[json_route(service)])
+    launch(page, port=port, routes=[json_route(service)])
     return page, port
 
 
@@ -103,16 +112,22 @@ def test_a_bad_request_in_a_batch_gets_its_own_message_and_the_others_their_answ
         return await asyncio.gather(*asked, return_exceptions=True)
 
     *good, too_wide, too_long, not_a_number = asyncio.run(together())
-    assert all(isinstance(s, str) and "event: complete" in s for s in good)
-    assert "event: error" in str(too_wide) and "beam size must be a whole number from 1 to 8, got 9" in str(too_wide)
-    assert "event: error" in str(too_long) and "has 6000 characters; at most 5000" in str(too_long)
-    assert "beam size must be a whole number from 1 to 8, got 'abc'" in str(not_a_number)
+    assert all(isinstance(s, str) and "event: complete" in s and "not translated" not in s for s in good)
+    assert "Zwei Hunde spielen im Schnee." in str(good[0])
+    for answer, why in [
+        (too_wide, "beam size must be a whole number from 1 to 8, got 9"),
+        (too_long, "has 6000 characters; at most 5000"),
+        (not_a_number, "beam size must be a whole number from 1 to 8, got 'abc'"),
+    ]:
+        assert "event: complete" in str(answer)
+        translation, status = json.loads(str(answer).split("data: ")[-1])
+        assert translation == "" and status.startswith("not translated: ") and why in status
 
 
-def test_a_full_queue_refuses_with_a_message_that_says_why(
+def test_a_full_queue_refuses_with_http_503_and_a_message(
     service: TranslationService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(aiayn.serve.admission, "MAX_WAITING", 0)
+    monkeypatch.setattr(aiayn.serve.page, "MAX_WAITING", 0)
     page, port = serve(service)
     try:
 
@@ -128,8 +143,7 @@ def test_a_full_queue_refuses_with_a_message_that_says_why(
     finally:
         page.close()
     assert refused.value.status == 503
-    assert json.loads(refused.value.body)["detail"] == aiayn.serve.admission.queue_full(0)
-    assert "The page is busy" in aiayn.serve.admission.queue_full(0)
+    assert json.loads(refused.value.body)["detail"].startswith("Queue is full.")
 
 
 def test_the_json_route_translates_many_sentences_in_order(port: int, service: TranslationService) -> None:
@@ -174,26 +188,33 @@ def test_the_heatmap_data_is_the_first_sentence_and_its_translation(service: Tra
     assert attention.weights.shape[1:] == (len(attention.output_tokens), len(attention.source_tokens))
 
 
-def test_a_waiting_request_is_told_its_place_and_the_expected_wait(
-    service: TranslationService, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    page = build_app(service, ["en-de"])
-    queue = page._queue
-    translate = next(fn for fn in page.fns.values() if fn.api_name == "translate")
-    queue.create_event_queue_for_fn(translate)
-    queue.event_queue_per_concurrency_id[translate.concurrency_id].queue += ["first", "second", "third"]
-    told: list[tuple[object, int | None, float | None]] = []
-    monkeypatch.setattr(
-        queue, "send_message", lambda event, message: told.append((event, message.rank, message.rank_eta))
-    )
-    queue.broadcast_estimations(translate.concurrency_id, 1)  # the place of each request from the second on
-    rate = aiayn.serve.admission.ANSWERS_PER_S
-    assert told == [("second", 1, 2 / rate), ("third", 2, 3 / rate)]
-
-
 def test_in_a_batch_a_sentence_that_cannot_be_translated_is_left_out_and_named(service: TranslationService) -> None:
     texts = ["A dog runs.\nA cat " + "x" * 600 + ".", "Two dogs play in the snow."]
     cut, whole = service.translate_many([(text, "en-de", 4) for text in texts])
     assert cut.text.split("\n")[0] == service.translate("A dog runs.", "en-de", 4).text and cut.refused
     assert [line for line, _ in cut.refused] == [1] and "line 2 not translated: " in status_line(cut)
     assert whole.text == "Zwei Hunde spielen im Schnee." and not whole.refused
+
+
+def test_a_folders_own_beam_is_the_default_of_the_page_its_api_and_the_json_route(
+    bundled: dict[str, Path], tmp_path: Path
+) -> None:
+    imported = tmp_path / "imported"  # as `aiayn import` writes a checkpoint's own num_beams
+    shutil.copytree(bundled["en-de"], imported)
+    ModelFolder.open(imported).write_section(SEARCH_SECTION, {"beam_size": 2})
+    service = TranslationService(device="cpu")  # serving these two only, as `aiayn serve` would
+    page = build_app(service, [str(imported), "de-en"])
+    port = free_port()
+    launch(page, port=port, routes=[json_route(service)])
+    try:
+        beam = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "beam")
+        assert isinstance(beam, gr.Slider) and beam.value == 2
+        with_two = [service.translate(s, str(imported), 2).text for s in SENTENCES]
+        assert with_two != [service.translate(s, str(imported), 4).text for s in SENTENCES]  # the beam tells
+        answer = asyncio.run(ask_json(port, {"sentences": SENTENCES, "direction": "en-de"}))
+        assert answer == {"translations": with_two, "direction": "en-de", "beam": 2}
+        client = Client(page.local_url, verbose=False)
+        assert client.predict(SENTENCES[1], "en-de", None, api_name="/translate")[0] == with_two[1]
+        assert asyncio.run(ask_json(port, {"sentences": SENTENCES[:1], "direction": "de-en"}))["beam"] == 4
+    finally:
+        page.close()

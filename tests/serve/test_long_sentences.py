@@ -28,8 +28,8 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
 ) -> None:
     from aiayn.cli import main
     from aiayn.search.output import Output
-    from aiayn.serve.app import status_line
     from aiayn.serve.service import SHORT_RATIO, LoadedModel, Result, TranslationService, short_lines
+    from aiayn.serve.status import status_line
 
     model = TranslationService().model(str(bundled["en-de"]))
     prepared = model.prepare(f"Two dogs play.\n{JOINED}")
@@ -51,4 +51,4 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
         lambda self, p, beam, on_batch=None: self.assemble(p, [Output(ids, 0.0, True) for ids in cut], 1.0),
     )
     assert main(["translate", "--model", str(bundled["en-de"]), f"Two dogs play.\n{JOINED}"]) == 0
-    assert "line 2: the translation looks short for its source" in capsys.readouterr().err
+    assert "line(s) 2: the translation looks short for its source" in capsys.readouterr().err

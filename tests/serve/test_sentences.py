@@ -11,8 +11,8 @@ def test_the_source_language_of_the_model_decides_the_sentences(bundled: dict[st
     service = TranslationService()
     de_en, en_de = service.model(str(bundled["de-en"])), service.model(str(bundled["en-de"]))
     text = "Äpfel, Birnen usw. Dann Kirschen."  # "usw." ends no sentence in German; English does not know it
-    assert de_en.prepare(text).shape.sentences == [text]
-    assert en_de.prepare(text).shape.sentences == ["Äpfel, Birnen usw.", "Dann Kirschen."]
+    assert de_en.prepare(text).layout.sentences == [text]
+    assert en_de.prepare(text).layout.sentences == ["Äpfel, Birnen usw.", "Dann Kirschen."]
 
 
 def test_a_name_with_an_initial_is_translated_whole(bundled: dict[str, Path]) -> None:

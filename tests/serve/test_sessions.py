@@ -10,8 +10,9 @@ import gradio as gr
 import pytest
 from gradio_client import Client
 
-import aiayn.serve.app
-from aiayn.serve.app import build_app, launch
+import aiayn.serve.server
+from aiayn.serve.page import build_app
+from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
 
 KEPT = 5
@@ -19,13 +20,12 @@ KEPT = 5
 
 @pytest.fixture
 def app(bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[gr.Blocks]:
-    monkeypatch.setattr(aiayn.serve.app, "SESSIONS_KEPT", KEPT)
-    monkeypatch.setattr(aiayn.serve.app, "MESSAGE_QUEUES_KEPT", KEPT)
+    monkeypatch.setattr(aiayn.serve.server, "SESSIONS_KEPT", KEPT)
     page = build_app(TranslationService(device="cpu"), ["en-de"])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    launch(page, port=port, block=False)
+    launch(page, port=port)
     yield page
     page.close()
 
@@ -38,6 +38,5 @@ def test_only_the_most_recent_sessions_are_kept_and_a_dropped_one_still_translat
         answers.add(client.predict("A dog runs.", "en-de", 1, api_name="/translate")[0])
         client.reset_session()
     assert len(app.state_holder.session_data) == KEPT and first not in app.state_holder.session_data
-    assert len(app._queue.pending_messages_per_session) <= KEPT  # Gradio's per-session message queues too
     client.session_hash = first  # a visitor whose session was dropped comes back
     assert client.predict("A dog runs.", "en-de", 1, api_name="/translate")[0] in answers and len(answers) == 1

@@ -27,7 +27,8 @@ import sys
 from gradio_client import Client
 
 from aiayn.cli import main
-from aiayn.serve.app import build_app, launch
+from aiayn.serve.page import build_app
+from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
 
 service = TranslationService(engine="onnx", device="auto")
@@ -36,7 +37,7 @@ app = build_app(service)
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-launch(app, port=port, block=False)
+launch(app, port=port)
 print(Client(f"http://127.0.0.1:{port}/", verbose=False).predict("A girl jumps.", "en-de", 1, api_name="/translate")[0])
 app.close()
 assert main(["translate", "--model", "de-en", "Zwei Hunde spielen im Schnee."]) == 0
@@ -77,7 +78,7 @@ def test_eval_takes_the_onnx_engine_where_torch_is_missing(
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "engine onnx (fp32)" in result.stderr and "BLEU" in result.stdout
+    assert "engine onnx-serving (fp32)" in result.stderr and "BLEU" in result.stdout
 
 
 def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:

@@ -33,16 +33,16 @@ from aiayn.core.contract import (
     kv_names,
 )
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import DEVICES, ONNX_PORTABLE, default_cores
+from aiayn.engines import ONNX_PORTABLE, default_cores
 from aiayn.engines.onnx.io import BoundIO, HostIO
-from aiayn.engines.onnx.sessions import CPU, CUDA, REEXPORT, check_graph, check_stamp, open_on_device
+from aiayn.engines.onnx.sessions import CPU, REEXPORT, check_graph, check_stamp, open_on_device, resolve_device
 from aiayn.engines.onnx.top_k import with_top_k_head
 from aiayn.engines.state import DecoderState
 
 VARIANT_FLAGS = {"fp32": "", "int8": " --quantize int8", "fp16": " --fp16"}  # what `aiayn export` needs for each
 
 
-class OnnxEngine:
+class PortableOnnxEngine:
     """Encoder and decoder sessions of a model folder; an ``aiayn.engines.Engine``."""
 
     name = ONNX_PORTABLE
@@ -67,7 +67,7 @@ class OnnxEngine:
         threads: int | None = None,
         io_binding: bool | None = None,
         lanes: int = 1,
-    ) -> OnnxEngine:
+    ) -> PortableOnnxEngine:
         """Open and check a model folder's graphs; ``variant`` picks the fp32, int8 or fp16 files.
 
         ``threads`` is ONNX Runtime's intra-op thread count per graph (default: the cores, at most 4); ``lanes``
@@ -75,8 +75,7 @@ class OnnxEngine:
         ``io_binding`` keeps the state on the device (default: on a GPU only; True on CPU runs the same
         code path with host OrtValues, which is how it is tested without a GPU).
         """
-        if device not in DEVICES:
-            raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+        device = resolve_device(device)
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder(Path(folder))
         files = [folder.onnx_file(ENCODER_FILE, variant), folder.onnx_file(DECODER_FILE, variant)]
         fix = REEXPORT.format(folder=folder.path) + VARIANT_FLAGS[variant]
@@ -84,10 +83,12 @@ class OnnxEngine:
         folder.check_weights()  # else a damaged file shows up as a hash mismatch that blames the graphs
         config = folder.config
         threads = threads or default_cores()
-        encoder = open_on_device(files[0], files[0].read_bytes(), device, threads)
-        # The decoder follows the encoder: both on CUDA, or both on the CPU.
-        decoder_device = "cuda" if encoder.get_providers()[0] == CUDA else "cpu"
-        decoder = open_on_device(files[1], with_top_k_head(files[1].read_bytes()), decoder_device, threads)
+        encoder = open_on_device(files[0], files[0], device, threads)
+        try:
+            headed = with_top_k_head(files[1].read_bytes())
+        except ValueError as err:  # what ONNX Runtime would refuse too, found as the head is added
+            raise ValueError(f"ONNX Runtime cannot load {files[1]}: {err}; {fix}") from None
+        decoder = open_on_device(files[1], headed, device, threads)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),
             (decoder, decoder_with_top_k_spec(config), files[1]),

@@ -38,9 +38,10 @@ from safetensors.numpy import load_file
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX, default_cores
+from aiayn.engines import ONNX_SERVING, default_cores
+from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.block_quant import VARIANTS
-from aiayn.engines.onnx.engine import OnnxEngine
+from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
@@ -106,10 +107,10 @@ def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
     return FusedState(batch, rows, batch.version, identity)
 
 
-class FusedOnnxEngine:
+class ServingOnnxEngine:
     """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
 
-    name = ONNX
+    name = ONNX_SERVING
 
     def __init__(
         self,
@@ -127,7 +128,7 @@ class FusedOnnxEngine:
         self.min_rows = min_rows
         self.provider = CPU
         self.threads, self.lanes = threads, lanes
-        self.attention_engine: OnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = config.never_generate
@@ -137,8 +138,8 @@ class FusedOnnxEngine:
         )
         self.encoder = open_session(encoder, [CPU], threads)
         self.decoder = open_session(decoder, [CPU], threads)
-        check_built_graph(self.encoder, contract.serving_encoder_spec(config))
-        check_built_graph(self.decoder, contract.serving_decoder_spec(config))
+        check_built_graph(self.encoder, serving_spec.serving_encoder_spec(config))
+        check_built_graph(self.decoder, serving_spec.serving_decoder_spec(config))
 
     @classmethod
     def load(
@@ -147,7 +148,7 @@ class FusedOnnxEngine:
         threads: int | None = None,
         variant: str = "fp32",
         lanes: int = 1,
-    ) -> FusedOnnxEngine:
+    ) -> ServingOnnxEngine:
         """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside); a
         ``variant`` other than fp32 is one of ``block_quant.VARIANTS`` (weight-only blocks) or int8 (the fp32 graphs
         dynamically quantized, ``quantize.py``). ``lanes`` searches may run it at once, each on ``threads`` intra-op
@@ -179,7 +180,7 @@ class FusedOnnxEngine:
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
         binding.bind_ortvalue_input(contract.SRC_IDS, values[0])
         binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
-        binding.bind_ortvalue_output(contract.CROSS_KV, values[2])
+        binding.bind_ortvalue_output(serving_spec.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
         if batch < self.min_rows:  # unread copies of the first sentence make up the rows
             cross = np.concatenate([cross, np.repeat(cross[:, :1], self.min_rows - batch, axis=1)], axis=1)
@@ -211,9 +212,9 @@ class FusedOnnxEngine:
             return value
 
         bind_input(contract.TGT_IDS, batch.ids)
-        bind_input(contract.SEQLENS_K, batch.seqlens)
-        bind_input(contract.TOTAL_LEN, batch.total_len)
-        bind_input(contract.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input(serving_spec.SEQLENS_K, batch.seqlens)
+        bind_input(serving_spec.TOTAL_LEN, batch.total_len)
+        bind_input(serving_spec.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
         bind_input(contract.SRC_MASK, batch.src_mask)
         for name, cross in zip(self.cross_names, batch.cross, strict=True):
             bind_input(name, cross)
@@ -291,7 +292,7 @@ class FusedOnnxEngine:
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
         """The attention view, from the contract's decoder (which outputs it): (batch, heads, out_len, src_len)."""
         if self.attention_engine is None:
-            self.attention_engine = OnnxEngine.load(self.folder, device="cpu", threads=self.threads)
+            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=self.threads)
         return self.attention_engine.cross_attention(src_ids, out_ids)
 
     # -- row selection -----------------------------------------------------------------------------------

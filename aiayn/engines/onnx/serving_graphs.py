@@ -20,7 +20,7 @@ step is a few dozen kernels instead of a few hundred:
 - the encoder is one graph with the ``Attention`` op (QKV projection inside) and outputs
   every decoder layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
 
-Their inputs and outputs are declared in ``aiayn.core.contract`` (``serving_encoder_spec``,
+Their inputs and outputs are declared beside them in ``serving_spec.py`` (``serving_encoder_spec``,
 ``serving_decoder_spec``), which the engine (``fused.py``) binds by.
 
 The ids a config never generates are no business of the graphs: the search leaves them out
@@ -51,25 +51,17 @@ from onnx import helper, numpy_helper
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import (
-    CROSS_KV,
-    GROUP_SHAPE,
     IR_VERSION,
     OPSET,
-    SEQLENS_K,
-    SERVING_DECODER,
-    SERVING_ENCODER,
     SRC_IDS,
     SRC_MASK,
     TGT_IDS,
     TOP_IDS,
     TOP_K,
     TOP_LOG_PROBS,
-    TOTAL_LEN,
     GraphSpec,
     TensorSpec,
     kv_names,
-    serving_decoder_spec,
-    serving_encoder_spec,
 )
 from aiayn.core.weight_spec import (
     BIAS,
@@ -94,6 +86,16 @@ from aiayn.core.weight_spec import (
     sublayer,
 )
 from aiayn.engines.onnx.block_quant import BlockScheme, quantize_gather, quantize_matmul
+from aiayn.engines.onnx.serving_spec import (
+    CROSS_KV,
+    GROUP_SHAPE,
+    SEQLENS_K,
+    SERVING_DECODER,
+    SERVING_ENCODER,
+    TOTAL_LEN,
+    serving_decoder_spec,
+    serving_encoder_spec,
+)
 
 MS_DOMAIN = "com.microsoft"
 EXTERNAL_MIN_BYTES = 4096  # constants from this size on are external data (ONNX Runtime wants ≥ 128 bytes)

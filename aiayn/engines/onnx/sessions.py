@@ -1,8 +1,8 @@
 """ONNX Runtime sessions for a model folder's graphs: options, devices, and the checks before a run.
 
-Devices: ``cpu``; ``cuda`` (an error if no GPU runs the session); ``auto``
-(CUDA only where a session really runs on it, else CPU, with ONNX Runtime's
-own load errors captured, not shown). Every graph is checked against the
+Devices: ``auto`` is resolved once (``resolve_device``) to ``cuda`` where a session really runs on a GPU, else
+``cpu``, with ONNX Runtime's own load errors captured, not shown; a session is then opened on ``cpu``, or on
+``cuda`` or not at all (``DeviceUnavailable``). Every graph is checked against the
 contract (names, dtypes, fixed sizes) and against the folder it sits in (the
 hashes of the config and weights it was exported from).
 """
@@ -22,6 +22,7 @@ import onnxruntime as ort
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
+from aiayn.engines import DEVICES
 from aiayn.engines.onnx.gather import gather_model
 
 CPU = "CPUExecutionProvider"
@@ -48,27 +49,29 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
     options.inter_op_num_threads = 1
     options.log_severity_level = log_severity
     # Idle threads sleep instead of spinning: with several requests at once on few cores, spinning threads
-    # take the cores from the working ones (about half the throughput with 4 concurrent requests on 2 cores).
-    # One stream of work gains nothing measurable from per-session spinning either (aiayn bench, 2 cores); a
-    # process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session (README, Speed).
+    # take the cores from the working ones. One stream of work gains nothing measurable from per-session spinning
+    # either; a process-wide spinning pool gains a little but makes ONNX Runtime refuse every other session
+    # (docs/speed.md has the figures).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # No CPU memory arena: the arena keeps, for the life of the session, room for the largest tensors any batch
-    # needed (+60 MiB for the page's two models after a few batches of 32 sentences at beam 4), where malloc
-    # hands freed memory back. docs/speed.md, Memory.
+    # needed, where malloc hands freed memory back (docs/speed.md, Memory).
     options.enable_cpu_mem_arena = False
     return options
 
 
 def inference_session(model: Path | bytes, options: ort.SessionOptions, providers: Providers) -> ort.InferenceSession:
-    """A session of a graph file or of a serialized graph, without the graph's bytes.
+    """A session of a graph file, or of a serialized graph by way of a temporary file.
 
-    ONNX Runtime's Python session keeps the bytes it was built from for as long as it lives (its own TODO says
-    so), only to rebuild itself should its providers change, which nothing here asks: dropped once the session
-    is built, they free 34 MiB a model for the serving graphs. A test checks that no attribute still holds them.
+    ONNX Runtime's Python session keeps the bytes it is built from for as long as it lives, only to rebuild itself
+    should its providers change, which nothing here asks; built from a file it keeps the path alone. So a
+    serialized graph (the contract's decoder with its TopK head, a Gather graph) is written out first.
     """
-    session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options, providers=providers)
-    session._model_bytes = None
-    return session
+    if isinstance(model, bytes):
+        with tempfile.TemporaryDirectory(prefix="aiayn-graph-") as directory:
+            path = Path(directory) / "graph.onnx"
+            path.write_bytes(model)
+            return inference_session(path, options, providers)
+    return ort.InferenceSession(str(model), options, providers=providers)
 
 
 @contextmanager
@@ -109,7 +112,7 @@ def open_session(
         raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
 
 
-def try_cuda(path: Path | None, threads: int, model: bytes) -> tuple[ort.InferenceSession | None, str]:
+def try_cuda(path: Path | None, threads: int, model: Path | bytes) -> tuple[ort.InferenceSession | None, str]:
     """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw);
     ``path`` names the file ``model`` came from, if any."""
     if CUDA not in ort.get_available_providers():
@@ -134,19 +137,28 @@ def gpu_unavailable(threads: int) -> str:
     return try_cuda(None, threads, gather_model([("float32", 1)]))[1]
 
 
-def open_on_device(path: Path, model: bytes, device: str, threads: int) -> ort.InferenceSession:
-    """A session of ``model`` (read from ``path``) on ``device``: cpu, cuda (or a DeviceUnavailable error),
-    or auto (CUDA if it really runs)."""
-    if device != "cpu":
-        session, reason = try_cuda(path, threads, model)
-        if session is not None:
-            return session
-        if device == "cuda":
-            raise DeviceUnavailable(
-                f"--device cuda: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
-                "use --device cpu, or auto to take the GPU only where it works"
-            )
-    return open_session(model, [CPU], threads, path=path)
+def resolve_device(device: str) -> str:
+    """Where ONNX Runtime runs: ``cpu`` or ``cuda`` as asked, and ``auto`` as ``cuda`` where a session really runs
+    on a GPU here, else ``cpu``."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device == "auto":
+        return "cpu" if gpu_unavailable(1) else "cuda"
+    return device
+
+
+def open_on_device(path: Path, model: Path | bytes, device: str, threads: int) -> ort.InferenceSession:
+    """A session of ``model`` (read from ``path``) on ``device`` (a resolved one: cpu, or cuda or a
+    DeviceUnavailable error)."""
+    if device == "cpu":
+        return open_session(model, [CPU], threads, path=path)
+    session, reason = try_cuda(path, threads, model)
+    if session is None:
+        raise DeviceUnavailable(
+            f"--device {device}: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
+            "use --device cpu, or auto to take the GPU only where it works"
+        )
+    return session
 
 
 def graph_problems(session: ort.InferenceSession, spec: GraphSpec) -> list[str]:

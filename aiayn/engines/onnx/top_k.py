@@ -6,16 +6,16 @@ hands back (rows, k) values per step instead of the (rows, vocab) log-softmax
 (5 MB a step for beam 4 at batch 32), and NumPy has no vocabulary-wide work left.
 
 decoder.onnx itself stays as the contract says, with plain ONNX operators for
-other runtimes; the head is added to its bytes in memory at load time.
-Protobuf merges a message field that occurs twice, concatenating its repeated
-fields, so appending a second ``graph`` field that holds only the new node,
-input and outputs extends the exported graph without parsing it.
+other runtimes; the head is added to its graph in memory at load time (``onnx.helper``).
 """
 
 from __future__ import annotations
 
+import onnx
+from onnx import helper
+
 from aiayn.core.contract import LOG_PROBS, TOP_K_INPUT, TOP_K_OUTPUTS
-from aiayn.engines.onnx.wire import bytes_field, node, value_info
+from aiayn.engines.onnx.gather import tensor_info
 
 
 def with_top_k_head(decoder: bytes) -> bytes:
@@ -27,8 +27,13 @@ def with_top_k_head(decoder: bytes) -> bytes:
     fp32, may be broken the other way.
     """
     top_log_probs, top_ids = TOP_K_OUTPUTS
-    head = bytes_field(1, node("TopK", [LOG_PROBS, TOP_K_INPUT.name], [top_log_probs.name, top_ids.name], "top_k"))
-    head += bytes_field(11, value_info(TOP_K_INPUT.name, TOP_K_INPUT.dtype, TOP_K_INPUT.shape))
-    for spec in TOP_K_OUTPUTS:
-        head += bytes_field(12, value_info(spec.name, spec.dtype, spec.shape))
-    return decoder + bytes_field(7, head)  # ModelProto.graph, merged into the first
+    try:
+        model = onnx.load_from_string(decoder)
+    except Exception as err:  # protobuf's DecodeError: the bytes are no ModelProto
+        raise ValueError(f"not an ONNX graph ({err})") from None
+    model.graph.node.append(
+        helper.make_node("TopK", [LOG_PROBS, TOP_K_INPUT.name], [top_log_probs.name, top_ids.name], "top_k")
+    )
+    model.graph.input.append(tensor_info(TOP_K_INPUT.name, TOP_K_INPUT.dtype, TOP_K_INPUT.shape))
+    model.graph.output.extend(tensor_info(spec.name, spec.dtype, spec.shape) for spec in TOP_K_OUTPUTS)
+    return model.SerializeToString()

@@ -1,0 +1,304 @@
+"""The translation page (Gradio Blocks) and its named API endpoints ``translate`` and ``translate_file``, through
+Gradio's public API only. Torch-free."""
+
+from __future__ import annotations
+
+import html
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import numpy as np
+
+from aiayn.core.folder import bundled_models
+from aiayn.search.translator import MAX_BEAM
+from aiayn.serve.requests import (
+    BadRequest,
+    Direction,
+    Request,
+    beam_of,
+    checked,
+    direction_of,
+    directions,
+    read_upload,
+)
+from aiayn.serve.service import Attention, LoadedModel, TranslationService
+from aiayn.serve.status import refused_line, status_line
+from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
+
+# The page's translate event is batched: Gradio hands its handler up to BATCH_SIZE waiting requests at once, and
+# their searches run together in the batcher's worker threads (``batching.py``); Gradio's own work per request
+# (its session state, pre- and post-processing) is then paid once per batch. Two batches at once let Gradio
+# prepare the next while one is searched.
+BATCH_SIZE = 128
+BATCHES_AT_ONCE = 2
+# The queue's bound: about 30 s of work at the page's measured rate on two cores (docs/serve.md, A crowd), and
+# within what Gradio keeps a message queue for (its 2 000 most recent sessions; each request that waits or runs
+# needs its own): 1 700 + 2 batches of 128 < 2 000.
+MAX_WAITING = 1700
+HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
+VAL_EXAMPLES = 6
+FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the corpus is absent, as on a Space
+    "en": [
+        "A brown dog carries a stick through the tall grass.",
+        "Two children are building a sandcastle near the water.",
+        "A woman in a red jacket is reading a book on a bench.",
+        "An old man is selling fruit at a market stall.",
+    ],
+    "de": [
+        "Ein brauner Hund trägt einen Stock durch das hohe Gras.",
+        "Zwei Kinder bauen eine Sandburg am Wasser.",
+        "Eine Frau in einer roten Jacke liest ein Buch auf einer Bank.",
+        "Ein alter Mann verkauft Obst an einem Marktstand.",
+    ],
+}
+
+
+def examples_for(model: LoadedModel) -> tuple[list[str], str]:
+    """Source sentences of the validation pairs the folder kept (a user's own corpus), else of the Multi30k
+    validation split where the pair is Multi30k's, else the built-in ones of the source language; and a label."""
+    from aiayn.data.multi30k import is_multi30k_pair, load_parallel
+
+    kept = model.folder.validation_sample()
+    if kept:
+        return [src for src, _ in kept[:VAL_EXAMPLES]], "Examples (validation sentences kept in the model folder)"
+    src, tgt = model.config.src_lang, model.config.tgt_lang
+    if is_multi30k_pair(src, tgt):
+        try:
+            return load_parallel("val", src, tgt, download=False).src[:VAL_EXAMPLES], "Examples (Multi30k validation)"
+        except FileNotFoundError:
+            pass
+    return FALLBACK_EXAMPLES.get(src, []), "Examples"
+
+
+def heatmap_html(attention: Attention | None, head: str) -> str:
+    """Output tokens (rows) × source tokens (columns) as a coloured table: darker is more attention."""
+    if attention is None:
+        return "<p>Translate a sentence to see where the model looked.</p>"
+    weights = attention.weights.mean(axis=0) if head == "average" else attention.weights[int(head)]
+    n_out = min(len(attention.output_tokens), HEATMAP_MAX_TOKENS)
+    n_src = min(len(attention.source_tokens), HEATMAP_MAX_TOKENS)
+    header = "".join(f"<th>{html.escape(t)}</th>" for t in attention.source_tokens[:n_src])
+    rows = []
+    for out_token, row in zip(attention.output_tokens[:n_out], weights[:n_out, :n_src], strict=True):
+        cells = "".join(
+            f'<td style="background: rgba(37, 99, 235, {w:.3f}); color: {"#fff" if w > 0.5 else "#111"}">{w:.2f}</td>'
+            for w in np.asarray(row, dtype=float)
+        )
+        rows.append(f"<tr><th>{html.escape(out_token)}</th>{cells}</tr>")
+    shown = f"{n_out} × {n_src} of {len(attention.output_tokens)} × {len(attention.source_tokens)} tokens"
+    note = f"<p>Showing the first {shown}.</p>" if (n_out, n_src) != weights.shape else ""
+    return (
+        f'<div id="attention-heatmap" style="overflow-x: auto">{note}'
+        '<table style="border-collapse: collapse; font-size: 12px">'
+        f"<tr><th>output \\ source</th>{header}</tr>{''.join(rows)}</table></div>"
+    )
+
+
+def user_error(message: str) -> gr.Error:
+    """A bad input's message for the page and the API, without the traceback Gradio would print in the server
+    log for every one. Gradio shows the message as HTML: the user's own text in it is escaped."""
+    return gr.Error(html.escape(message, quote=False), print_exception=False)
+
+
+def heads_of(model: LoadedModel) -> list[str]:
+    return ["average"] + [str(h) for h in range(model.config.n_heads)]
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """What the page's events run, over the served directions. Their parameter names are the API's."""
+
+    service: TranslationService
+    served: dict[str, Direction]
+    downloads: Path  # the translated files, each in a folder of its own
+
+    def translate(self, text: list[Any], direction: list[Any], beam_size: list[Any]) -> tuple[list[str], list[str]]:
+        """Translate up to 5000 characters; returns the translation and a line with latency and execution
+        provider. A request that cannot be translated gets no translation and a status `not translated: why`."""
+        # Batched (each argument a list, one item a request): Gradio fails a whole batch on an exception, so each
+        # bad request is answered here as its own refusal and the others are translated.
+        requests: list[Request | str] = []  # a checked request, or the status of a refused one
+        for inputs in zip(text, direction, beam_size, strict=True):
+            try:
+                requests.append(checked(self.served, *inputs))
+            except BadRequest as err:
+                requests.append(refused_line(str(err)))
+        wanted = [r for r in requests if isinstance(r, Request)]
+        results = iter(self.service.translate_many([(r.text, r.model, r.beam_size) for r in wanted]))
+        texts, statuses = [], []
+        for request in requests:
+            if isinstance(request, str):
+                texts.append("")
+                statuses.append(request)
+            else:
+                result = next(results)
+                texts.append(result.text)
+                statuses.append(status_line(result))
+        return texts, statuses
+
+    def show_attention(self, text: Any, direction: Any, beam_size: Any, head: str) -> tuple[Attention | None, str]:
+        """The heatmap, asked for by the page after a translation (the API's callers never pay for it)."""
+        try:
+            request = checked(self.served, text, direction, beam_size)
+        except BadRequest:
+            return None, heatmap_html(None, head)  # a refused request: no heatmap beside its message
+        attention = self.service.attention(request.text, request.model, request.beam_size)
+        return attention, heatmap_html(attention, head)
+
+    def translate_file(self, upload: Any, direction: Any, beam_size: Any) -> str | None:
+        """Translate an uploaded UTF-8 .txt file line by line into a file to download."""
+        path = upload.get("path") if isinstance(upload, dict) else None  # unprocessed: Gradio's checked upload
+        if path is None:
+            return None  # the upload was cleared
+        try:
+            chosen, beam = direction_of(self.served, direction), beam_of(beam_size)
+            translated = self.service.translate_file(read_upload(path), chosen.name, beam)
+        except ValueError as err:  # a BadRequest, a file over MAX_FILE_CHARS, a sentence the model cannot take
+            raise user_error(str(err)) from None
+        out = Path(tempfile.mkdtemp(dir=self.downloads)) / f"{Path(path).stem}.{'-'.join(chosen.pair)}.txt"
+        out.write_text(translated + "\n", encoding="utf-8")
+        return str(out)
+
+    def swap(self, direction: str, source: str, target: str) -> tuple[str, str, str]:
+        """The reverse direction, where it is served, with the texts swapped; else nothing changes."""
+        pair = self.served[direction].pair
+        back = next((d.value for d in self.served.values() if d.pair == pair[::-1]), None)
+        return (back, target, source) if back is not None else (direction, source, target)
+
+    def change_direction(self, direction: str) -> tuple[gr.Dataset, gr.Slider, gr.Radio, None]:
+        """The direction's examples, beam size (its folder's) and heads; no heatmap of the other model left."""
+        model = direction_of(self.served, direction).model
+        samples, label = examples_for(model)
+        beam = gr.Slider(value=model.search.beam_size)
+        return gr.Dataset(samples=[[s] for s in samples], label=label), beam, gr.Radio(heads_of(model)), None
+
+
+def cleared() -> tuple[str, str, None, str]:
+    """After a failed translation: no earlier translation, timing or heatmap left beside its error."""
+    return "", "", None, heatmap_html(None, "average")
+
+
+@dataclass
+class Components:
+    direction: gr.Dropdown
+    swap_button: gr.Button
+    beam: gr.Slider
+    source: gr.Textbox
+    output: gr.Textbox
+    status: gr.Markdown
+    translate_button: gr.Button
+    examples: gr.Dataset
+    head: gr.Radio
+    heatmap: gr.HTML
+    upload: gr.File
+    download: gr.File
+    attention: gr.State
+
+
+def lay_out(served: dict[str, Direction], variant: str) -> Components:
+    """The page's components, in a ``gr.Blocks`` context, set for the first served direction; each model's
+    ``variant`` of weights and what it knows (its folder's provenance) said at the top."""
+    first = next(iter(served.values()))
+    gr.Markdown(
+        "# aiayn: the Transformer of *Attention Is All You Need*\n"
+        f"ONNX Runtime and NumPy on **{first.model.provider}**, {variant} weights. "
+        f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept. "
+        f"When many translate at once, requests wait in line (at most {MAX_WAITING}): "
+        "the place in line shows on the translation."
+        + "".join(f"\n\n**{d.label}**: {d.model.folder.provenance()}." for d in served.values())
+    )
+    with gr.Row():
+        choices = [(d.label, d.value) for d in served.values()]
+        direction = gr.Dropdown(choices, value=first.value, label="Direction", elem_id="direction", scale=3)
+        swap_button = gr.Button("⇄ Swap", elem_id="swap-button", scale=1)
+        default_beam = first.model.search.beam_size
+        beam = gr.Slider(
+            1,
+            MAX_BEAM,
+            value=default_beam,
+            step=1,
+            precision=0,
+            label="Beam size (1 = greedy)",
+            elem_id="beam",
+            scale=3,
+        )
+    with gr.Row():
+        source = gr.Textbox(lines=6, label="Source text", elem_id="source-text")
+        output = gr.Textbox(lines=6, label="Translation", elem_id="translation", buttons=["copy"])
+    status = gr.Markdown(label="Status", elem_id="status")  # the label names the API's second output
+    translate_button = gr.Button("Translate", variant="primary", elem_id="translate-button")
+    samples, label = examples_for(first.model)
+    examples = gr.Dataset(components=[source], samples=[[s] for s in samples], label=label, elem_id="examples")
+    title = "Cross-attention of the last decoder layer (first sentence; of a long one, its first clause)"
+    with gr.Accordion(title, open=True):
+        head = gr.Radio(heads_of(first.model), value="average", label="Head")
+        heatmap = gr.HTML(heatmap_html(None, "average"), elem_id="heatmap")
+    with gr.Accordion(f"Translate a UTF-8 .txt file (up to {MAX_FILE_CHARS} characters)", open=False):
+        upload = gr.File(file_types=[".txt"], label="Text file, one or more lines", elem_id="upload")
+        download = gr.File(label="Translation", elem_id="download")
+    attention = gr.State(None)
+    return Components(
+        direction,
+        swap_button,
+        beam,
+        source,
+        output,
+        status,
+        translate_button,
+        examples,
+        head,
+        heatmap,
+        upload,
+        download,
+        attention,
+    )
+
+
+def wire(c: Components, handlers: Handlers) -> None:
+    """The page's events. The API's two endpoints take their inputs unprocessed (preprocess=False) and check them
+    themselves: Gradio's own checks answer a bad beam size with a generic error, and print a traceback in the log
+    for every refusal."""
+    private: dict[str, Any] = {"api_visibility": "private"}
+    translated = c.translate_button.click(
+        handlers.translate,
+        [c.source, c.direction, c.beam],
+        [c.output, c.status],
+        api_name="translate",
+        batch=True,
+        max_batch_size=BATCH_SIZE,
+        concurrency_limit=BATCHES_AT_ONCE,
+        preprocess=False,
+    )
+    translated.success(
+        handlers.show_attention, [c.source, c.direction, c.beam, c.head], [c.attention, c.heatmap], **private
+    )
+    translated.failure(cleared, None, [c.output, c.status, c.attention, c.heatmap], **private)
+    c.head.change(heatmap_html, [c.attention, c.head], c.heatmap, **private)
+    c.swap_button.click(handlers.swap, [c.direction, c.source, c.output], [c.direction, c.source, c.output], **private)
+    c.direction.change(handlers.change_direction, c.direction, [c.examples, c.beam, c.head, c.attention], **private)
+    c.examples.click(lambda sample: sample[0], c.examples, c.source, **private)
+    c.upload.upload(
+        handlers.translate_file,
+        [c.upload, c.direction, c.beam],
+        c.download,
+        api_name="translate_file",
+        concurrency_limit=1,
+        preprocess=False,
+    ).failure(lambda: None, None, c.download, **private)  # no earlier file beside the error
+
+
+def build_app(service: TranslationService, model_names: list[str] | None = None) -> gr.Blocks:
+    """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts."""
+    names = model_names or list(bundled_models())
+    if not names:
+        raise FileNotFoundError("no bundled models found; pass --model DIR or add folders under pretrained/")
+    served = directions({name: service.model(name) for name in names})
+    handlers = Handlers(service, served, Path(tempfile.mkdtemp(prefix="aiayn-downloads-")))
+    with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
+        wire(lay_out(served, service.variant), handlers)
+    # A request beyond MAX_WAITING is refused by Gradio with HTTP 503 and its own message ("Queue is full").
+    app.queue(max_size=MAX_WAITING, default_concurrency_limit=BATCHES_AT_ONCE)
+    return app

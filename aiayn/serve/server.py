@@ -1,0 +1,119 @@
+"""The page server's one start, for `aiayn serve` and the Space's `app.py`: the page, the JSON route beside it, on
+one port, with the process's memory bounded first. Torch-free."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from importlib.metadata import version
+from typing import TYPE_CHECKING
+
+from aiayn.serve.memory import bound_server_memory
+
+if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded: ONNX Runtime starts a thread
+    import gradio as gr
+    from starlette.routing import BaseRoute
+
+# The Gradio releases the page, its API and the crowd bench were run with; others get a warning at start, since
+# the page leans on how Gradio batches, bounds its queue and keeps sessions (docs/serve.md).
+TESTED_GRADIO = ((6, 31), (7, 0))  # from, up to but not including
+MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
+# Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
+# sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
+# switching the heatmap's head asks to translate again.
+SESSIONS_KEPT = 100
+# Gradio's queue rebuilds a pandas summary of its last 10 000 events after every batch, for a monitoring page this
+# server does not open, its cost growing with the traffic: through Gradio's environment variables it keeps 100,
+# and never summarises them.
+GRADIO_SETTINGS = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": str(2**62)}
+
+
+def gradio_warning(installed: str | None = None) -> str | None:
+    """A line for a Gradio release (default: the installed one) outside ``TESTED_GRADIO``, else None."""
+    installed = installed or version("gradio")
+    (low, high), parts = TESTED_GRADIO, installed.split(".")
+    try:
+        release = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        release = (0, 0)
+    if low <= release < high:
+        return None
+    tested = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    return f"warning: the page was tested with gradio{tested}, this is {installed}; pip install 'gradio{tested}'"
+
+
+def port_error(host: str, port: int) -> ValueError:
+    return ValueError(
+        f"cannot listen on {host}:{port}: the port is in use (or {host} is not an address of this machine); "
+        "stop what listens there or choose another --port"
+    )
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port that cannot be listened on before the models load (``launch`` only finds out after)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: only a listener blocks
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise port_error(host, port) from None
+
+
+def launch(
+    app: gr.Blocks,
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    share: bool = False,
+    routes: Sequence[BaseRoute] = (),
+) -> None:
+    """Serve the page, and ``routes`` beside it (``api.json_route``); returns once the server is up. A port in use
+    is one clear error."""
+    try:
+        app.launch(
+            server_name=host,
+            server_port=port,
+            share=share,
+            max_file_size=MAX_UPLOAD,
+            prevent_thread_lock=True,
+            quiet=True,
+            state_session_capacity=SESSIONS_KEPT,
+            app_kwargs={"routes": list(routes)},
+        )
+    except OSError:  # Gradio's "Cannot find empty port", whatever the cause
+        raise port_error(host, port) from None
+
+
+def serve(
+    models: list[str] | None,
+    host: str,
+    port: int,
+    share: bool = False,
+    device: str = "auto",
+    cores: int | None = None,
+    split_clauses: bool = True,
+    variant: str = "fp32",
+) -> None:
+    """The page and the JSON route over ``models`` (default: the bundled ones) until Ctrl-C, with ONNX Runtime on
+    ``device`` (``TranslationService`` takes the rest); one line on stderr says where."""
+    bound_server_memory()  # before ONNX Runtime's threads start
+    from aiayn.serve.api import json_route
+    from aiayn.serve.page import build_app
+    from aiayn.serve.service import TranslationService
+
+    for name, value in GRADIO_SETTINGS.items():  # read when the page's queue is made
+        os.environ.setdefault(name, value)
+    warning = gradio_warning()
+    if warning:
+        print(warning, file=sys.stderr)
+    check_port(host, port)
+    service = TranslationService("onnx", device, cores, split_clauses, variant)
+    app = build_app(service, models)
+    launch(app, host, port, share, routes=[json_route(service)])
+    names = ", ".join(service.models)
+    provider = next(iter(service.models.values())).provider
+    public = f" and {app.share_url}" if app.share_url else ""
+    where = f"http://{host}:{port}{public}"
+    print(f"serving {names} ({variant} weights) with ONNX Runtime on {provider} at {where}", file=sys.stderr)
+    app.block_thread()  # until Ctrl-C
