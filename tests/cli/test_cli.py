@@ -81,7 +81,7 @@ def test_eval_scores_a_variant(
     """Without --engine, a variant other than fp32 takes the onnx engine (torch runs fp32 only)."""
     args = ["eval", "--model", "en-de", "--variant", "w4", "--limit", "8", "--beam", "1", "--json"]
     code, out, err = run_cli([*args, "--data", str(multi30k_dir)], capsys)
-    assert code == 0 and "engine onnx (w4)" in err
+    assert code == 0 and "engine onnx-serving (w4)" in err
     assert json.loads(out)["variant"] == "w4"
 
 

@@ -44,7 +44,7 @@ def server(
     bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, serve_page: Callable[..., Any]
 ) -> Iterator[Any]:
     with serve_page(["--host", "127.0.0.1", "--device", "cpu"], tmp_path_factory.mktemp("serve") / "serve.log") as page:
-        assert "serving en-de, de-en with ONNX Runtime on CPUExecutionProvider" in page.log.read_text()
+        assert "serving en-de, de-en (fp32 weights) with ONNX Runtime on CPUExecutionProvider" in page.log.read_text()
         yield page
 
 
