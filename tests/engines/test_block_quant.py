@@ -1,0 +1,117 @@
+"""Block quantization against ONNX Runtime: one-node graphs of ``MatMulNBits`` and ``GatherBlockQuantized`` give
+what NumPy computes from the dequantized weights, for every variant and for both zero-point layouts."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from aiayn.core.contract import IR_VERSION, OPSET
+from aiayn.engines.onnx.block_quant import (
+    VARIANTS,
+    BlockScheme,
+    dequantize_gather,
+    dequantize_matmul,
+    quantize_gather,
+    quantize_matmul,
+)
+
+MS_DOMAIN = "com.microsoft"
+SCHEMES = {
+    **VARIANTS,
+    "8-bit asymmetric": BlockScheme(bits=8, block_size=32, symmetric=False, accuracy_level=0),
+    "4-bit symmetric": BlockScheme(bits=4, block_size=64, symmetric=True, accuracy_level=0),
+    "4-bit fp32 compute": BlockScheme(bits=4, block_size=16, symmetric=False, accuracy_level=0),
+}
+
+
+def run_one_node(op_type: str, inputs: dict[str, np.ndarray], constants: list[np.ndarray], **attrs) -> np.ndarray:
+    """One ``com.microsoft`` node over ``inputs`` (fed) then ``constants`` (initializers) → its output."""
+    names = [f"c{i}" for i in range(len(constants))]
+    fed = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs.items()
+    ]
+    if op_type == "GatherBlockQuantized":  # data first, then the indices, then scales and zero points
+        node_inputs = [names[0], *inputs, *names[1:]]
+    else:
+        node_inputs = [*inputs, *names]
+    node = helper.make_node(op_type, node_inputs, ["y"], domain=MS_DOMAIN, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "one",
+        fed,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(c, n) for c, n in zip(constants, names, strict=True)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)])
+    model.ir_version = IR_VERSION
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)[0]
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_matmul_nbits_computes_with_the_dequantized_weight(name):
+    scheme = SCHEMES[name]
+    rng = np.random.default_rng(0)
+    k, n = 200, 48  # K not a whole number of blocks: the last block is padded
+    weight = rng.normal(0, 0.05, (k, n)).astype(np.float32)
+    weight[:, 3] = 0  # a column of zeros comes back as zeros
+    quantized = quantize_matmul(weight, scheme)
+    assert quantized.packed.shape == (n, -(-k // scheme.block_size), scheme.block_size * scheme.bits // 8)
+    restored = dequantize_matmul(quantized)
+    step = np.abs(weight).max() / (1 << (scheme.bits - 1))
+    assert restored.shape == weight.shape and np.abs(restored - weight).max() <= step
+    assert not restored[:, 3].any()
+
+    x = rng.normal(0, 1, (5, k)).astype(np.float32)
+    y = run_one_node("MatMulNBits", {"x": x}, quantized.constants(), **quantized.attributes)
+    expected = x @ restored
+    if scheme.accuracy_level == 4:  # the activations are int8 per row and block: close, not equal
+        assert np.abs(y - expected).max() < 0.02 * np.abs(expected).max()
+    else:
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_row_of_matmul_nbits_never_depends_on_the_other_rows(name):
+    """int8 compute quantizes each row's activations on their own, so a row's result is the same bits in any
+    batch of two rows or more; a single row takes ONNX Runtime's one-row kernel, which sums in another order for
+    4-bit weights (last bits only) and in the same one for 8-bit."""
+    rng = np.random.default_rng(1)
+    k, n = 256, 96
+    quantized = quantize_matmul(rng.normal(0, 0.05, (k, n)).astype(np.float32), VARIANTS[name])
+    x = rng.normal(0, 1, (33, k)).astype(np.float32)
+    together = run_one_node("MatMulNBits", {"x": x}, quantized.constants(), **quantized.attributes)
+    for start, stop in ((0, 2), (7, 10), (31, 33)):
+        apart = run_one_node("MatMulNBits", {"x": x[start:stop]}, quantized.constants(), **quantized.attributes)
+        np.testing.assert_array_equal(apart, together[start:stop])
+    alone = run_one_node("MatMulNBits", {"x": x[:1]}, quantized.constants(), **quantized.attributes)
+    if VARIANTS[name].bits == 8:
+        np.testing.assert_array_equal(alone[0], together[0])
+    else:
+        np.testing.assert_allclose(alone[0], together[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_gather_block_quantized_returns_the_dequantized_rows(name):
+    scheme = SCHEMES[name]
+    rng = np.random.default_rng(2)
+    table = rng.normal(0, 1, (50, 128)).astype(np.float32)
+    quantized = quantize_gather(table, scheme)
+    restored = dequantize_gather(quantized)
+    step = np.abs(table).max() / (1 << (scheme.bits - 1))
+    assert np.abs(restored - table).max() <= step
+    ids = np.array([[3, 0, 49], [7, 7, 1]], np.int64)
+    rows = run_one_node("GatherBlockQuantized", {"ids": ids}, quantized.constants(), **quantized.attributes)
+    np.testing.assert_allclose(rows, restored[ids], rtol=1e-6, atol=1e-6)
+
+
+def test_a_table_must_be_whole_blocks_and_a_scheme_sound():
+    with pytest.raises(ValueError, match="whole number"):
+        quantize_gather(np.zeros((4, 40), np.float32), VARIANTS["w8"])
+    with pytest.raises(ValueError, match="power of two"):
+        BlockScheme(bits=8, block_size=48, symmetric=True, accuracy_level=4)
+    with pytest.raises(ValueError, match="4 or 8 bits"):
+        BlockScheme(bits=3, block_size=32, symmetric=True, accuracy_level=4)
