@@ -11,6 +11,7 @@ from aiayn.cli.args import UserError, add_data_flag
 from aiayn.core.folder import ModelFolder
 from aiayn.core.normalizer import normalize_text
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus, is_multi30k_pair
+from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_VARIANTS
 
 
 def check_set(
@@ -53,10 +54,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     folder = ModelFolder.open(args.model)
     if (args.to == "web") != (args.out is not None):
         raise UserError("--out DIR goes with --to web, and --to web needs it")
+    if args.variant is not None and args.to != "web":
+        raise UserError("--variant goes with --to web (the ONNX graphs take --quantize int8 and --fp16)")
     if args.to == "web":
         from aiayn.export.web import export_web
 
-        for line in export_web(folder, Path(args.out)):
+        for line in export_web(folder, Path(args.out), args.variant or "fp32"):
             print(line)
         return
 
@@ -85,6 +88,12 @@ def add_export(sub: Any) -> None:
         "no PyTorch)",
     )
     p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web writes")
+    p.add_argument(
+        "--variant",
+        default=None,
+        help="the browser folder's graphs (--to web): fp32 (default: the CLI's very answers) or a weight-only "
+        f"block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as `aiayn translate --variant` runs them",
+    )
     p.add_argument(
         "--check-sentences",
         type=int,
