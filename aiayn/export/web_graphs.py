@@ -231,9 +231,9 @@ def write_browser_graphs(folder: ModelFolder, variant: str, out_dir: Path) -> li
             model = onnx.load(str(folder.onnx_file(graph_file)))
             if variant in VARIANTS:
                 quantize_weights(model, VARIANTS[variant])
-            for entry in model.metadata_props:
-                if entry.key == VARIANT_KEY:
-                    entry.value = variant
+            stamp = {entry.key: entry.value for entry in model.metadata_props} | {VARIANT_KEY: variant}
+            del model.metadata_props[:]
+            onnx.helper.set_model_props(model, stamp)
             shared.externalize(model.graph)
             onnx.save(model, str(target))
     return written
