@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -136,7 +137,7 @@ class WeightQuantizer:
         quantized = quantize_matmul(weight, self.scheme)
         parts = zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
         inputs = [self.constant(f"{name}.{part}", array) for part, array in parts]
-        attributes = dict(quantized.attributes)
+        attributes: dict[str, Any] = dict(quantized.attributes)
         before: list[onnx.NodeProto] = []
         x = node.input[0]
         if attributes["accuracy_level"] == INT8_ACTIVATIONS:
@@ -159,7 +160,7 @@ class WeightQuantizer:
             list(node.output),
             name=node.name,
             domain=MS_DOMAIN,
-            **quantized.attributes,
+            **dict[str, Any](quantized.attributes),
         )
 
     def int8_activations(self, x: str, k: int) -> tuple[str, list[onnx.NodeProto]]:
@@ -175,19 +176,21 @@ class WeightQuantizer:
         def const(hint: str, value: np.ndarray) -> str:
             return self.constant(self.fresh(hint), value)
 
+        blocks, axes = const("blocks", np.array([-1, k // size, size])), const("axes", np.array([-1]))
+        zero, int8_max = const("zero", np.array(0, np.float32)), const("int8_max", np.array(INT8_MAX, np.float32))
         nodes = [
             helper.make_node("Shape", [x], [out + ".shape"]),
-            helper.make_node("Reshape", [x, const("blocks", np.array([-1, k // size, size]))], [out + ".blocks"]),
+            helper.make_node("Reshape", [x, blocks], [out + ".blocks"]),  # (rows, K / size, size)
             helper.make_node("Abs", [out + ".blocks"], [out + ".abs"]),
-            helper.make_node("ReduceMax", [out + ".abs", const("axes", np.array([-1]))], [out + ".max"], keepdims=1),
-            helper.make_node("Equal", [out + ".max", const("zero", np.float32(0))], [out + ".empty"]),
-            helper.make_node("Div", [const("int8_max", np.float32(INT8_MAX)), out + ".max"], [out + ".inverse"]),
-            helper.make_node("Where", [out + ".empty", const("zero", np.float32(0)), out + ".inverse"], [out + ".mul"]),
+            helper.make_node("ReduceMax", [out + ".abs", axes], [out + ".max"], keepdims=1),
+            helper.make_node("Equal", [out + ".max", zero], [out + ".empty"]),
+            helper.make_node("Div", [int8_max, out + ".max"], [out + ".inverse"]),
+            helper.make_node("Where", [out + ".empty", zero, out + ".inverse"], [out + ".mul"]),
             helper.make_node("Mul", [out + ".blocks", out + ".mul"], [out + ".scaled"]),
-            helper.make_node("Round", [out + ".scaled"], [out + ".codes"]),
-            helper.make_node("Div", [out + ".max", const("int8_max", np.float32(INT8_MAX))], [out + ".scale"]),
+            helper.make_node("Round", [out + ".scaled"], [out + ".codes"]),  # half to even, as MLAS rounds
+            helper.make_node("Div", [out + ".max", int8_max], [out + ".scale"]),
             helper.make_node("Mul", [out + ".codes", out + ".scale"], [out + ".values"]),
-            helper.make_node("Reshape", [out + ".values", out + ".shape"], [out]),
+            helper.make_node("Reshape", [out + ".values", out + ".shape"], [out]),  # (…, K)
         ]
         for index, item in enumerate(nodes):
             item.name = f"{out}.{index}"
