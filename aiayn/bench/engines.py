@@ -1,4 +1,5 @@
-"""The engines the bench compares, each as one function: (sentences, beam, batch size, length) → output ids.
+"""The engines the bench compares, each as two functions: sentences → sources as the engine takes them (its own
+tokenization, never timed), and (sources, beam, batch size, length) → output ids (timed).
 
 Every engine decodes the same weights: the bench's copy of the model folder
 holds the ONNX graphs (fp32, int8) and a CTranslate2 export made from its
@@ -21,8 +22,6 @@ from aiayn.search.translator import SearchSettings, Translator
 
 THREADS = 2  # the cores the bench compares on: the two-core framing's budget, the training bench's threads
 NO_CACHE = "torch-no-cache"  # the tutorials' decoding: no KV cache, the whole prefix again at every step
-# (sentences, beam, batch size, fixed output length or None) → output ids
-Translate = Callable[[list[str], int, int, int | None], list[list[int]]]
 
 # Our engines by their one name (``aiayn.engines.ENGINES``, what --engine takes and the logs show) and variant:
 # "onnx" the serving graphs built from the weights, what `aiayn serve` runs on a CPU; "onnx-portable" the
@@ -39,6 +38,14 @@ ENGINES = (
     "ctranslate2 fp16",
 )
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16"}  # CTranslate2's names
+
+
+@dataclass(frozen=True)
+class BenchEngine:
+    """One engine as the worker times it: ``prepare`` before the clock starts, ``translate`` under it."""
+
+    prepare: Callable[[list[str]], list[Any]]  # sentences → each one's source (ids or tokens)
+    translate: Callable[[list[Any], int, int, int | None], list[list[int]]]  # (sources, beam, batch, length) → ids
 
 
 @dataclass(frozen=True)
@@ -122,21 +129,22 @@ def prepare(folder: ModelFolder, workdir: Path, variants: tuple[str, ...] = ("fp
     return copy
 
 
-def step_translate(engine: StepModel[Any], folder: ModelFolder, lanes: int) -> Translate:
+def step_translate(engine: StepModel[Any], folder: ModelFolder, lanes: int) -> BenchEngine:
     """An engine of ours through the one search, batched as the bench asks, ``lanes`` batches at once."""
     translators: dict[int, Translator] = {}
 
-    def run(sentences: list[str], beam: int, batch: int, length: int | None) -> list[list[int]]:
+    def translator(batch: int) -> Translator:
         if batch not in translators:
             translators[batch] = Translator(engine, folder.tokenizer, folder.config.max_len, batch, 10**9, lanes)
-        translator = translators[batch]
-        settings = SearchSettings(beam, min_len=length or 0, max_len=length)
-        return translator.translate_ids([translator.source_ids(s) for s in sentences], settings)
+        return translators[batch]
 
-    return run
+    def run(sources: list[list[int]], beam: int, batch: int, length: int | None) -> list[list[int]]:
+        return translator(batch).translate_ids(sources, SearchSettings(beam, min_len=length or 0, max_len=length))
+
+    return BenchEngine(lambda sentences: [translator(1).source_ids(s) for s in sentences], run)
 
 
-def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) -> Translate:
+def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) -> BenchEngine:
     import ctranslate2
 
     from aiayn.export.ctranslate2 import ctranslate2_sources, suppressed
@@ -152,9 +160,9 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) 
     vocab = tokenizer.tokenizer.get_vocab()
     never = suppressed(folder.config, tokenizer)
 
-    def run(sentences: list[str], beam: int, batch: int, length: int | None) -> list[list[int]]:
+    def run(sources: list[list[str]], beam: int, batch: int, length: int | None) -> list[list[int]]:
         results = translator.translate_batch(
-            ctranslate2_sources(tokenizer, sentences),
+            sources,
             beam_size=beam,
             max_batch_size=batch,
             length_penalty=0.6,
@@ -164,10 +172,10 @@ def ctranslate2_translate(folder: ModelFolder, compute_type: str, setup: Setup) 
         )
         return [[vocab[t] for t in r.hypotheses[0]] for r in results]
 
-    return run
+    return BenchEngine(lambda sentences: ctranslate2_sources(tokenizer, sentences), run)
 
 
-def make_engine(setup: Setup, folder: ModelFolder) -> Translate:
+def make_engine(setup: Setup, folder: ModelFolder) -> BenchEngine:
     """The engine of ``setup`` (its name one of ``ENGINES``) on the bench's folder."""
     name = setup.engine
     if name not in ENGINES:

@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from aiayn.bench.engines import Setup, Translate, make_engine
+from aiayn.bench.engines import BenchEngine, Setup, make_engine
 from aiayn.bench.process import answer, requests, status_mb
 from aiayn.core.folder import ModelFolder
 
@@ -21,19 +21,21 @@ class Measurement:
 
 
 def measure(
-    translate: Translate, sentences: list[str], beam: int, batch: int, lanes: int, length: int | None = None
+    engine: BenchEngine, sentences: list[str], beam: int, batch: int, lanes: int, length: int | None = None
 ) -> Measurement:
     """One timed pass over ``sentences``: one at a time at batch 1 in one lane (with each latency), else all at
-    once in batches of ``batch`` (several lanes take them side by side); every output ``length`` tokens if given."""
+    once in batches of ``batch`` (several lanes take them side by side); every output ``length`` tokens if given.
+    Each engine tokenizes the sentences its own way before the clock starts: the time is the translation's."""
+    sources = engine.prepare(sentences)
     latencies, outputs = [], []
     started = time.perf_counter()
     if batch == 1 and lanes == 1:
-        for sentence in sentences:
+        for source in sources:
             one = time.perf_counter()
-            outputs += translate([sentence], beam, 1, length)
+            outputs += engine.translate([source], beam, 1, length)
             latencies.append((time.perf_counter() - one) * 1000)
     else:
-        outputs = translate(sentences, beam, batch, length)
+        outputs = engine.translate(sources, beam, batch, length)
     seconds = time.perf_counter() - started
     return Measurement(seconds, sum(len(o) + 1 for o in outputs), latencies, outputs, status_mb("VmHWM"))
 
@@ -43,15 +45,15 @@ def main() -> None:
     "batch", "length"}`` on stdin (``length``, if there, fixes every output's length). Once loaded, it says its
     resident memory and the peak the loading took."""
     setup = Setup(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
-    translate = make_engine(setup, ModelFolder.open(sys.argv[1]))
+    engine = make_engine(setup, ModelFolder.open(sys.argv[1]))
     answer({"ready": True, "loaded_mb": status_mb("VmRSS"), "load_peak_mb": status_mb("VmHWM")})
     warmed: set[tuple[int, int]] = set()
     for request in requests():
         beam, batch, length = request["beam"], request["batch"], request.get("length")
         if (beam, batch) not in warmed:  # the first pass of a shape pays for allocations: not timed
-            translate(request["sentences"][:4], beam, batch, length)
+            engine.translate(engine.prepare(request["sentences"][:4]), beam, batch, length)
             warmed.add((beam, batch))
-        answer(asdict(measure(translate, request["sentences"], beam, batch, setup.lanes, length)))
+        answer(asdict(measure(engine, request["sentences"], beam, batch, setup.lanes, length)))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import DEFAULT_MODEL
-from aiayn.engines import DEVICES
+from aiayn.engines import DEVICES, VARIANTS
 
 DATA_HELP = (
     "the folder of Multi30k's files (default: $AIAYN_DATA, else shared/data/multi30k beside the repository or the "
@@ -77,6 +77,16 @@ def add_model_flag(p: argparse.ArgumentParser) -> None:
 
 def add_data_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help=DATA_HELP)
+
+
+def add_variant_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="fp32",
+        help="the weights: fp32; w8, w4: 8- or 4-bit weight blocks built at load (onnx engine, CPU; "
+        "docs/speed.md); int8, fp16: the graphs of `aiayn export --quantize int8` / `--fp16`",
+    )
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:

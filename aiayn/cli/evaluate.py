@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiayn.cli.args import add_data_flag, add_model_flag, float_list, positive_int
-from aiayn.core.contract import VARIANTS
+from aiayn.cli.args import add_data_flag, add_model_flag, add_variant_flag, float_list, positive_int
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
-from aiayn.engines import DEVICES
+from aiayn.engines import DEVICES, ONNX
 from aiayn.engines.load import ENGINES, installed_engine, load_engine, search_settings_for, translator_for
 
 if TYPE_CHECKING:
@@ -28,7 +27,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
     corpus = evaluation_set(folder, args.split, args.test_files, args.test_tsv, args.data)
     if args.limit:
         corpus = corpus.head(args.limit)
-    engine = load_engine(folder, args.engine or installed_engine(), args.device, args.variant)
+    default_engine = installed_engine() if args.variant == "fp32" else ONNX  # torch runs fp32 only
+    engine = load_engine(folder, args.engine or default_engine, args.device, args.variant)
     engine_name = engine.name
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
     translator = translator_for(folder, engine)
@@ -134,7 +134,7 @@ def add_eval(sub: Any) -> None:
     p.add_argument(
         "--engine", choices=ENGINES, default=None, help="default: torch where PyTorch is installed, else onnx"
     )
-    p.add_argument("--variant", choices=tuple(VARIANTS), default="fp32", help="ONNX graphs to use")
+    add_variant_flag(p)
     p.add_argument("--device", choices=DEVICES, default="auto", help="ONNX execution provider")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
     p.add_argument("--output", default=None, help="also write the translations to this file")

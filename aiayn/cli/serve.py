@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
-from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, port_number
+from aiayn.cli.args import DEVICES, UserError, add_engine_flags, add_model_flag, add_variant_flag, port_number
 from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
 
@@ -72,9 +72,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
     lines = read_input(args)
     check_output(args.output)
-    service = TranslationService(args.engine, args.device, args.threads, split_clauses=not args.no_clauses)
+    clauses = not args.no_clauses
+    service = TranslationService(args.engine, args.device, args.threads, clauses, args.variant)
     model = service.model(args.model)
-    engine = f"engine {model.engine.name}, execution provider: {model.provider}"
+    engine = f"engine {model.engine.name} ({args.variant}), execution provider: {model.provider}"
     print(f"model {model.folder.path}, {engine}", file=sys.stderr)
     # One line in, one line out. The lines go in chunks: a chunk's sentences are searched together, batched by
     # length, and its translations written (and flushed) before the next chunk starts.
@@ -124,13 +125,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from aiayn.serve.service import TranslationService
 
     check_port(args.host, args.port)
-    service = TranslationService("onnx", args.device, args.threads, split_clauses=not args.no_clauses)
+    service = TranslationService("onnx", args.device, args.threads, not args.no_clauses, args.variant)
     app = build_app(service, args.model)
     launch(app, args.host, args.port, args.share, block=False, routes=[json_route(service)])
     names = ", ".join(service.models)
     provider = next(iter(service.models.values())).provider
     public = f" and {app.share_url}" if app.share_url else ""
-    print(f"serving {names} with ONNX Runtime on {provider} at http://{args.host}:{args.port}{public}", file=sys.stderr)
+    where = f"http://{args.host}:{args.port}{public}"
+    print(f"serving {names} ({args.variant}) with ONNX Runtime on {provider} at {where}", file=sys.stderr)
     app.block_thread()  # until Ctrl-C
 
 
@@ -161,6 +163,7 @@ def add_translate(sub: Any) -> None:
         "torch: needs the [train] extra",
     )
     add_engine_flags(p)
+    add_variant_flag(p)
     add_clauses_flag(p)
     p.set_defaults(func=cmd_translate)
 
@@ -172,6 +175,7 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--port", type=port_number, default=7860, help="TCP port to listen on")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     add_engine_flags(p)
+    add_variant_flag(p)
     add_clauses_flag(p)
     p.set_defaults(func=cmd_serve)
 

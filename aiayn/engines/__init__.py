@@ -7,6 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
+from aiayn.core.contract import VARIANTS as EXPORTED_VARIANTS
+from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
 from aiayn.search.step import State, StepModel
 
 DEVICES = ("auto", "cpu", "cuda")  # where an engine runs; auto: a GPU where one really works
@@ -22,6 +24,12 @@ def default_cores() -> int:
 # and what a GPU runs); torch: PyTorch itself. ``load.load_engine`` picks the fastest for "onnx" on each device.
 ONNX, ONNX_PORTABLE, TORCH = "onnx", "onnx-portable", "torch"
 ENGINES = (ONNX, ONNX_PORTABLE, TORCH)
+
+# The weights an ONNX Runtime engine runs, in the CLI's one --variant: fp32; w8 and w4, the weight-only blocks of
+# ``onnx/block_quant.py``, built from the weights at load time (the CPU engine only); int8 and fp16, the exported
+# graphs' other variants (``aiayn.core.contract.VARIANTS``), which need `aiayn export`.
+BLOCK_VARIANTS = tuple(BLOCK_SCHEMES)
+VARIANTS = ("fp32", *BLOCK_VARIANTS, *(v for v in EXPORTED_VARIANTS if v != "fp32"))
 
 
 class Engine(StepModel[State], Protocol[State]):

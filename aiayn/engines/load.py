@@ -9,10 +9,10 @@ from typing import Any
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ENGINES, ONNX, TORCH, Engine, default_cores
+from aiayn.engines import BLOCK_VARIANTS, ENGINES, ONNX, TORCH, VARIANTS, Engine, default_cores
 from aiayn.search.translator import SearchSettings, Translator
 
-FUSED_VARIANTS = ("fp32", "int8")  # the serving graphs have no fp16 variant: fp16 is for GPUs
+FUSED_VARIANTS = ("fp32", *BLOCK_VARIANTS, "int8")  # the serving graphs' variants
 
 
 def installed_engine() -> str:
@@ -27,9 +27,9 @@ def installed_engine() -> str:
 def load_engine(
     folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", cores: int | None = None
 ) -> Engine[Any]:
-    """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (fp32, int8 or fp16)
-    or PyTorch. "onnx" is the fastest ONNX Runtime engine for the device: the contract's graphs on a GPU, the
-    serving graphs built from the weights on a CPU.
+    """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (``variant``: one of
+    ``VARIANTS``) or PyTorch (fp32). "onnx" is the fastest ONNX Runtime engine for the device: the contract's graphs
+    on a GPU, the serving graphs built from the weights on a CPU; w8 and w4 are serving graphs only, so CPU only.
 
     ``cores`` (default: the machine's, at most ``MAX_CORES``): on a CPU, ONNX Runtime runs that many lanes of one
     intra-op thread each, over one copy of the weights. Its ops are too small at this model's size for a second
@@ -37,6 +37,15 @@ def load_engine(
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    if variant != "fp32" and engine == TORCH:
+        raise ValueError(f"the torch engine runs fp32 only; use --engine onnx for --variant {variant}")
+    if variant in BLOCK_VARIANTS and (engine != ONNX or device == "cuda"):
+        raise ValueError(
+            f"--variant {variant} is built from the weights for the onnx engine on a CPU; "
+            "use --engine onnx --device cpu (or auto)"
+        )
     if engine == TORCH:
         try:
             from aiayn.engines.pytorch import TorchEngine
@@ -57,11 +66,12 @@ def load_engine(
         # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once;
         # only a GPU needs the exported graphs, which such a folder does not have yet.
         exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
-        if device == "cpu" or (device == "auto" and (not exported or gpu_unavailable(1))):
-            return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)
+        on_cpu = device == "cpu" or variant in BLOCK_VARIANTS
+        if on_cpu or (device == "auto" and (not exported or gpu_unavailable(1))):
+            return FusedOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
     portable = OnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
     if engine == ONNX and portable.provider == CPU and variant in FUSED_VARIANTS:
-        return FusedOnnxEngine.load(folder, 1, int8=variant == "int8", lanes=lanes)  # a GPU failing these graphs
+        return FusedOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)  # a GPU failing these graphs
     return portable
 
 

@@ -282,7 +282,7 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         gr.Markdown(
             "# aiayn: the Transformer of *Attention Is All You Need*\n"
-            f"ONNX Runtime and NumPy on **{first.model.provider}**. "
+            f"ONNX Runtime and NumPy on **{first.model.provider}**, {service.variant} weights. "
             f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept. "
             f"When many translate at once, requests wait in line, at most about {admission.LONGEST_WAIT_S} s: "
             "the place in line and the expected wait show on the translation."

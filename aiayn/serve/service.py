@@ -221,9 +221,15 @@ class TranslationService:
     """Loads models by name on first use and serves them to many threads (``split_clauses``: as ``LoadedModel``)."""
 
     def __init__(
-        self, engine: str = "onnx", device: str = "auto", cores: int | None = None, split_clauses: bool = True
+        self,
+        engine: str = "onnx",
+        device: str = "auto",
+        cores: int | None = None,
+        split_clauses: bool = True,
+        variant: str = "fp32",
     ) -> None:
         self.engine, self.device, self.cores, self.split_clauses = engine, device, cores, split_clauses
+        self.variant = variant  # the weights every model runs (``aiayn.engines.VARIANTS``)
         self.models: dict[str, LoadedModel] = {}
         self.lock = threading.Lock()
 
@@ -231,7 +237,7 @@ class TranslationService:
         with self.lock:
             if name not in self.models:
                 folder = ModelFolder.open(name)
-                engine = load_engine(folder, self.engine, self.device, cores=self.cores)
+                engine = load_engine(folder, self.engine, self.device, self.variant, cores=self.cores)
                 self.models[name] = LoadedModel(folder, engine, self.split_clauses)
                 return_freed_memory()  # what building the engine's graphs took
             return self.models[name]

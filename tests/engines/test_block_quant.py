@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.contract import IR_VERSION, OPSET
+from aiayn.engines.onnx import block_quant
 from aiayn.engines.onnx.block_quant import (
     VARIANTS,
     BlockScheme,
@@ -115,3 +116,12 @@ def test_a_table_must_be_whole_blocks_and_a_scheme_sound():
         BlockScheme(bits=8, block_size=48, symmetric=True, accuracy_level=4)
     with pytest.raises(ValueError, match="4 or 8 bits"):
         BlockScheme(bits=3, block_size=32, symmetric=True, accuracy_level=4)
+
+
+def test_quantizing_in_chunks_of_rows_changes_nothing(monkeypatch):
+    table = np.random.default_rng(3).normal(0, 1, (50, 64)).astype(np.float32)
+    whole = quantize_gather(table, VARIANTS["w4"])
+    monkeypatch.setattr(block_quant, "CHUNK_ROWS", 7)
+    chunked = quantize_gather(table, VARIANTS["w4"])
+    for a, b in zip(whole.constants(), chunked.constants(), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -161,7 +161,7 @@ def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
     folder = ModelFolder.open(model_dir)
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
     fp32 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1))
-    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, int8=True))
+    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, variant="int8"))
     src_ids = [fp32.source_ids(s) for s in corpus.src[:40]]
     settings = SearchSettings(beam_size=1)
     quantized, exact = int8.translate_ids(src_ids, settings), fp32.translate_ids(src_ids, settings)
@@ -275,6 +275,6 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
 def test_imported_choices_in_int8(imported_like: ModelFolder) -> None:
     """The int8 serving graphs build with every choice (the activations, the logits bias) and translate."""
     folder = imported_like
-    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, int8=True))
+    int8 = translator_for(folder, FusedOnnxEngine.load(folder, threads=1, variant="int8"))
     outputs = int8.translate_ids(imported_sources(folder.config, 4), SearchSettings(beam_size=4))
     assert len(outputs) == 4 and not any(folder.config.special_tokens.pad in ids for ids in outputs)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+CHUNK_ROWS = 4096  # rows quantized at a time
+
 
 @dataclass(frozen=True)
 class BlockScheme:
@@ -73,30 +75,44 @@ class QuantizedGather:
 def quantize_blocks(rows: np.ndarray, scheme: BlockScheme) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Each row of ``rows`` (R, C) in blocks of ``scheme.block_size`` along C → unsigned codes (R, n_blocks ·
     block_size) uint8 (C zero-padded to whole blocks), scales (R, n_blocks) float32 and zero points
-    (R, n_blocks) uint8, or None when symmetric (the codes then sit around 2^(bits-1))."""
+    (R, n_blocks) uint8, or None when symmetric (the codes then sit around 2^(bits-1)).
+
+    ``CHUNK_ROWS`` rows at a time: NumPy's temporaries stay a few MiB, not several copies of a whole embedding."""
     n_rows, n_cols = rows.shape
-    size = scheme.block_size
-    n_blocks = -(-n_cols // size)
-    blocks = np.zeros((n_rows, n_blocks * size), np.float32)
-    blocks[:, :n_cols] = rows
-    blocks = blocks.reshape(n_rows, n_blocks, size)
+    n_blocks = -(-n_cols // scheme.block_size)
+    codes = np.empty((n_rows, n_blocks * scheme.block_size), np.uint8)
+    scales = np.empty((n_rows, n_blocks), np.float32)
+    zero_points = None if scheme.symmetric else np.empty((n_rows, n_blocks), np.uint8)
+    for start in range(0, n_rows, CHUNK_ROWS):
+        chunk = slice(start, start + CHUNK_ROWS)
+        blocks = np.zeros((len(rows[chunk]), n_blocks * scheme.block_size), np.float32)
+        blocks[:, :n_cols] = rows[chunk]
+        chunk_codes, scales[chunk], chunk_zero_points = quantize_chunk(
+            blocks.reshape(len(blocks), n_blocks, -1), scheme
+        )
+        codes[chunk] = chunk_codes.reshape(len(blocks), -1)
+        if zero_points is not None:
+            zero_points[chunk] = chunk_zero_points
+    return codes, scales, zero_points
+
+
+def quantize_chunk(blocks: np.ndarray, scheme: BlockScheme) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks (rows, n_blocks, block_size) float32 → codes uint8 of the same shape, scales and zero points
+    (rows, n_blocks) (the zero points all 2^(bits-1) when symmetric)."""
     top = (1 << scheme.bits) - 1
+    half = 1 << (scheme.bits - 1)
+    low, high = blocks.min(axis=-1), blocks.max(axis=-1)
     if scheme.symmetric:
         # The value of largest magnitude maps to -2^(bits-1): one more level than ±(2^(bits-1) - 1) would give.
-        half = 1 << (scheme.bits - 1)
-        low, high = blocks.min(axis=-1), blocks.max(axis=-1)
-        extreme = np.where(-low > high, low, high)
-        scales = (extreme / -half).astype(np.float32)
-        codes = np.rint(np.divide(blocks, scales[..., None], out=np.zeros_like(blocks), where=scales[..., None] != 0))
-        codes = np.clip(codes, -half, half - 1) + half
-        return codes.astype(np.uint8).reshape(n_rows, -1), scales, None
-    # Asymmetric: the range always holds 0, so that zero weights (and padding) come back exactly.
-    low, high = np.minimum(blocks.min(axis=-1), 0), np.maximum(blocks.max(axis=-1), 0)
-    scales = ((high - low) / top).astype(np.float32)
-    safe = np.where(scales == 0, 1, scales)
-    zero_points = np.clip(np.rint(-low / safe), 0, top)
-    codes = np.clip(np.rint(blocks / safe[..., None] + zero_points[..., None]), 0, top)
-    return codes.astype(np.uint8).reshape(n_rows, -1), scales, zero_points.astype(np.uint8)
+        scales = np.where(-low > high, low, high) / np.float32(-half)
+        zero_points = np.full(scales.shape, half, np.float32)
+    else:  # the range always holds 0, so that zero weights (and padding) come back exactly
+        low, high = np.minimum(low, 0), np.maximum(high, 0)
+        scales = (high - low) / np.float32(top)
+        zero_points = np.clip(np.rint(-low / np.where(scales == 0, 1, scales)), 0, top)
+    safe = np.where(scales == 0, 1, scales)[..., None]
+    codes = np.clip(np.rint(blocks / safe) + zero_points[..., None], 0, top)
+    return codes.astype(np.uint8), scales.astype(np.float32), zero_points.astype(np.uint8)
 
 
 def pack(codes: np.ndarray, bits: int) -> np.ndarray:

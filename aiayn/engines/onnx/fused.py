@@ -35,6 +35,7 @@ from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, default_cores
+from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.engine import OnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
@@ -137,11 +138,11 @@ class FusedOnnxEngine:
         cls,
         folder: ModelFolder | str | Path,
         threads: int | None = None,
-        int8: bool = False,
+        variant: str = "fp32",
         lanes: int = 1,
     ) -> FusedOnnxEngine:
-        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside);
-        ``int8`` quantizes their weights (``quantize.py``). ``lanes`` searches may run it at once, each on
+        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside, or
+        the weight-only ``variant`` of ``block_quant.VARIANTS``). ``lanes`` searches may run it at once, each on
         ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         threads = threads or default_cores()
@@ -149,9 +150,11 @@ class FusedOnnxEngine:
         folder.check_weights()
         weights = load_file(str(folder.weights_file))  # fp16: each tensor becomes fp32 as its graph takes it
         with graphs_directory() as directory:
-            encoder, decoder = build_serving_graphs(folder.config, weights, directory, str(folder.weights_file))
+            scheme = VARIANTS.get(variant)
+            source = str(folder.weights_file)
+            encoder, decoder = build_serving_graphs(folder.config, weights, directory, source, scheme)
             del weights
-            if int8:
+            if variant == "int8":
                 int8_encoder, int8_decoder = quantize_int8(encoder, INT8_OPS), quantize_int8(decoder, INT8_OPS)
                 return cls(folder, folder.config, int8_encoder, int8_decoder, threads, lanes)
             return cls(folder, folder.config, encoder, decoder, threads, lanes)

@@ -26,6 +26,10 @@ Their inputs and outputs are declared in ``aiayn.core.contract`` (``serving_enco
 The ids a config never generates are no business of the graphs: the search leaves them out
 (``aiayn.search.step.allowed_top``), as it does for every engine.
 
+The weight-only variants (``block_quant.VARIANTS``: w8, w4) store every projection as ``MatMulNBits`` blocks and
+the embedding lookups as ``GatherBlockQuantized``, the tied output projection included; norms, biases and positions
+stay fp32.
+
 Contrib-op masks are int32, 1 = attend; blocked scores get -10000 before the
 softmax instead of -inf (exp underflows to exactly 0 either way, as long as one key is
 allowed: every source holds at least </s>).
@@ -89,6 +93,7 @@ from aiayn.core.weight_spec import (
     norm,
     sublayer,
 )
+from aiayn.engines.onnx.block_quant import BlockScheme, quantize_gather, quantize_matmul
 
 MS_DOMAIN = "com.microsoft"
 EXTERNAL_MIN_BYTES = 4096  # constants from this size on are external data (ONNX Runtime wants ≥ 128 bytes)
@@ -139,11 +144,15 @@ class ExternalWeights:
 
 
 class GraphBuilder:
-    """Nodes, initializers and unique names for one graph; its large constants go to ``external``."""
+    """Nodes, initializers and unique names for one graph; its large constants go to ``external``; its weight
+    matrices are fp32, or block-quantized by ``scheme``."""
 
-    def __init__(self, weights: Mapping[str, np.ndarray], external: ExternalWeights) -> None:
+    def __init__(
+        self, weights: Mapping[str, np.ndarray], external: ExternalWeights, scheme: BlockScheme | None = None
+    ) -> None:
         self.weights = weights
         self.external = external
+        self.scheme = scheme
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.counter = 0
@@ -178,10 +187,37 @@ class GraphBuilder:
         """x (rows, in) @ Wᵀ + b for one or several torch Linears fused along the outputs → (rows, Σ out)."""
         w = np.concatenate([self.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (in, out)
         b = np.concatenate([self.weight(f"{n}.{BIAS}") for n in names])
-        w_name = self.const(self.fresh(hint + ".w"), w)
-        b_name = self.const(self.fresh(hint + ".b"), b)
-        y = self.op1("MatMul", [x, w_name], hint)
-        return self.op1("Add", [y, b_name], hint)  # ORT fuses MatMul + Add into Gemm (2-D)
+        return self.matmul(x, w, hint, self.const(self.fresh(hint + ".b"), b))
+
+    def matmul(self, x: str, w: np.ndarray, hint: str, bias: str = "") -> str:
+        """x (rows, in) @ ``w`` (in, out) (+ ``bias``): fp32 MatMul (+ Add, which ORT fuses into a Gemm), or
+        ``MatMulNBits`` with the bias as its own input."""
+        if self.scheme is None:
+            y = self.op1("MatMul", [x, self.const(self.fresh(hint + ".w"), w)], hint)
+            return self.op1("Add", [y, bias], hint) if bias else y
+        quantized = quantize_matmul(w, self.scheme)
+        b, scales, *zero_points = (
+            self.const(self.fresh(f"{hint}.{part}"), array)
+            for part, array in zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
+        )
+        inputs = [x, b, scales, *(zero_points or [""]), "", bias]  # A, B, scales, zero_points, g_idx, bias
+        while inputs[-1] == "":
+            inputs.pop()
+        return self.op1("MatMulNBits", inputs, hint, MS_DOMAIN, **quantized.attributes)
+
+    def lookup(self, table: np.ndarray, ids: str, hint: str) -> str:
+        """Rows of ``table`` (vocab, d) at ``ids`` (any shape) → (*ids.shape, d): fp32 Gather, or
+        ``GatherBlockQuantized`` where the rows are whole blocks."""
+        if self.scheme is None or table.shape[1] % self.scheme.block_size:
+            return self.op1("Gather", [self.const(hint, table), ids], hint)
+        quantized = quantize_gather(table, self.scheme)
+        data, scales, *zero_points = (
+            self.const(f"{hint}.{part}", array)
+            for part, array in zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
+        )
+        return self.op1(
+            "GatherBlockQuantized", [data, ids, scales, *zero_points], hint, MS_DOMAIN, **quantized.attributes
+        )
 
     def activate(self, x: str, activation: str) -> str:
         """The feed-forward's hidden activation (one of ``config.ACTIVATIONS``) as ONNX Runtime runs it best:
@@ -215,13 +251,17 @@ class GraphBuilder:
         hidden = self.activate(self.linear(x, [f"{prefix}.{W_1}"], "ffn1"), activation)
         return self.linear(hidden, [f"{prefix}.{W_2}"], "ffn2")
 
-    def inputs(self, config: ModelConfig) -> tuple[str, str]:
-        """§3.4–3.5: the input embeddings, (vocab, d) scaled by √d_model unless the checkpoint leaves the scale
-        out, and the positions' table (max_len + ``POSITION_MARGIN``, d) in the config's layout."""
+    def embed(self, config: ModelConfig, ids: str) -> str:
+        """§3.4: the input embeddings of ``ids`` (any shape) → (*ids.shape, d), scaled by √d_model unless the
+        checkpoint leaves the scale out."""
         scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        embedding = self.const("embedding_in", self.weight(EMBEDDING) * np.float32(scale))
-        table = sinusoidal_table(config.max_len + POSITION_MARGIN, config.d_model, config.positions)
-        return embedding, self.const("positions", table)
+        return self.lookup(self.weight(EMBEDDING) * np.float32(scale), ids, "embedding_in")
+
+    def positions(self, config: ModelConfig) -> str:
+        """§3.5: the positions' table (max_len + ``POSITION_MARGIN``, d) in the config's layout."""
+        return self.const(
+            "positions", sinusoidal_table(config.max_len + POSITION_MARGIN, config.d_model, config.positions)
+        )
 
     def model(self, spec: GraphSpec) -> bytes:
         """The graph with the inputs and outputs that ``spec`` declares, serialized."""
@@ -277,16 +317,18 @@ def two_stage_top_k(g: GraphBuilder, scores: str, k: str, block: int, vocab: int
     g.nodes.append(helper.make_node("Identity", [ids], [outputs[1]], name="top_ids"))
 
 
-def build_encoder(config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights) -> bytes:
+def build_encoder(
+    config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights, scheme: BlockScheme | None = None
+) -> bytes:
     """src_ids (batch, src_len) int64 and src_mask (batch, src_len) int32 →
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
-    g = GraphBuilder(weights, external)
+    g = GraphBuilder(weights, external, scheme)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
-    emb, table = g.inputs(config)
+    table = g.positions(config)
     shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
     src_len = g.op1("Slice", [shape, g.const("one", np.array([1])), g.const("two", np.array([2]))], "src_len")
     positions = g.op1("Slice", [table, g.const("zero", np.array([0])), src_len], "pos")  # (src_len, d)
-    tokens = g.op1("Reshape", [g.op1("Gather", [emb, SRC_IDS], "tok"), g.const("rows_d", np.array([-1, d]))], "tok2d")
+    tokens = g.op1("Reshape", [g.embed(config, SRC_IDS), g.const("rows_d", np.array([-1, d]))], "tok2d")
     positions = g.op1(
         "Tile",
         [
@@ -298,20 +340,22 @@ def build_encoder(config: ModelConfig, weights: Mapping[str, np.ndarray], extern
         "pos2d",
     )
     bsd = g.op1("Concat", [shape, g.const("d_only", np.array([d]))], "bsd3", axis=0)  # [batch, src_len, d]
+    bs3d = g.op1("Concat", [shape, g.const("3d_only", np.array([3 * d]))], "bs3d", axis=0)  # [batch, src_len, 3d]
 
     def self_attention(h: str, prefix: str) -> str:
-        """The Attention op: the QKV projection inside, over (batch, src_len, d) with the padding mask."""
+        """Over (batch, src_len, d) with the padding mask: fp32, the Attention op with the QKV projection inside;
+        block-quantized, that projection as one ``MatMulNBits`` and MultiHeadAttention over its three parts."""
         names = [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"]
-        w = np.concatenate([g.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (d, 3d)
-        b = np.concatenate([g.weight(f"{n}.{BIAS}") for n in names])
-        h3 = g.op1("Reshape", [h, bsd], "h3")
-        out = g.op1(
-            "Attention",
-            [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), SRC_MASK],
-            "attn",
-            MS_DOMAIN,
-            num_heads=heads,
-        )
+        if g.scheme is None:
+            w = np.concatenate([g.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (d, 3d)
+            b = np.concatenate([g.weight(f"{n}.{BIAS}") for n in names])
+            h3 = g.op1("Reshape", [h, bsd], "h3")
+            attention = [h3, g.const(g.fresh("attn.w"), w), g.const(g.fresh("attn.b"), b), SRC_MASK]
+            out = g.op1("Attention", attention, "attn", MS_DOMAIN, num_heads=heads)
+        else:
+            qkv = g.op1("Reshape", [g.linear(h, names, "qkv"), bs3d], "qkv3")  # (batch, src_len, 3d)
+            q, k, v = g.op("Split", [qkv], "split", 3, axis=-1, num_outputs=3)
+            out = g.op1("MultiHeadAttention", [q, k, v, "", SRC_MASK], "attn", MS_DOMAIN, num_heads=heads)
         return g.linear(g.op1("Reshape", [out, "rows_d"], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     feed_forward_of = partial(g.feed_forward, activation=config.activation)
@@ -330,7 +374,9 @@ def build_encoder(config: ModelConfig, weights: Mapping[str, np.ndarray], extern
     return g.model(serving_encoder_spec(config))
 
 
-def build_decoder(config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights) -> bytes:
+def build_decoder(
+    config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights, scheme: BlockScheme | None = None
+) -> bytes:
     """One new token per row after ``seqlens_k`` cached ones → its ``k`` best next tokens (log-softmax, then TopK
     over the best blocks of the vocabulary, ``two_stage_top_k``, where the vocabulary divides into blocks).
 
@@ -338,11 +384,10 @@ def build_decoder(config: ModelConfig, weights: Mapping[str, np.ndarray], extern
     shape: bind one buffer to both and GroupQueryAttention appends in place. Rows are grouped by sentence
     (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and ``src_mask``.
     """
-    g = GraphBuilder(weights, external)
+    g = GraphBuilder(weights, external, scheme)
     d, heads = config.d_model, config.n_heads
-    emb, table = g.inputs(config)
-    tokens = g.op1("Gather", [emb, TGT_IDS], "tok")  # (rows, d)
-    positions = g.op1("Gather", [table, SEQLENS_K], "pos")  # (rows, d)
+    tokens = g.embed(config, TGT_IDS)  # (rows, d)
+    positions = g.op1("Gather", [g.positions(config), SEQLENS_K], "pos")  # (rows, d)
     rows_d = g.const("rows_d", np.array([-1, d]))
     rows_1_3d = g.const("rows_1_3d", np.array([-1, 1, 3 * d]))
     cross, cache, present = (kv_names(config, prefix) for prefix in ("cross", "cache", "present"))
@@ -382,9 +427,8 @@ def build_decoder(config: ModelConfig, weights: Mapping[str, np.ndarray], extern
         sublayers.append((norm(other), partial(cross_attention, prefix=other, i=i)))
         sublayers.append((norm(feed_forward), partial(feed_forward_of, prefix=feed_forward)))
     x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, DECODER_NORM, config)  # (rows, d)
-    # §3.4: the pre-softmax projection is the embedding matrix (unscaled), stored transposed (d, vocab).
-    projection = g.const("embedding_t", np.ascontiguousarray(g.weight(EMBEDDING).T))
-    logits = g.op1("MatMul", [x, projection], "logits")  # (rows, vocab)
+    # §3.4: the pre-softmax projection is the embedding matrix (unscaled), transposed (d, vocab).
+    logits = g.matmul(x, np.ascontiguousarray(g.weight(EMBEDDING).T), "logits")  # (rows, vocab)
     if config.logits_bias:  # Marian's final_logits_bias; ORT fuses the Add into the MatMul's Gemm
         logits = g.op1("Add", [logits, g.const("logits_bias", g.weight(LOGITS_BIAS))], "biased")
     log_probs = g.op1("LogSoftmax", [logits], "log_probs", axis=-1)
@@ -410,16 +454,20 @@ def graphs_directory() -> Iterator[Path]:
 
 
 def build_serving_graphs(
-    config: ModelConfig, weights: Mapping[str, np.ndarray], directory: Path, source: str = "the weights"
+    config: ModelConfig,
+    weights: Mapping[str, np.ndarray],
+    directory: Path,
+    source: str = "the weights",
+    scheme: BlockScheme | None = None,
 ) -> tuple[Path, Path]:
-    """The encoder and decoder graphs for ``config`` and its weights (any float dtype; fp32 inside), written to
-    ``directory`` with their weights in one external-data file beside them; the weights must follow the
-    weights' spec (``source`` names them if they do not)."""
+    """The encoder and decoder graphs for ``config`` and its weights (any float dtype; fp32 inside, or
+    block-quantized by ``scheme``), written to ``directory`` with their weights in one external-data file beside
+    them; the weights must follow the weights' spec (``source`` names them if they do not)."""
     check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
     external = ExternalWeights(directory / WEIGHTS_FILE)
     try:
-        graphs = {SERVING_ENCODER: build_encoder(config, weights, external)}
-        graphs[SERVING_DECODER] = build_decoder(config, weights, external)
+        graphs = {SERVING_ENCODER: build_encoder(config, weights, external, scheme)}
+        graphs[SERVING_DECODER] = build_decoder(config, weights, external, scheme)
     finally:
         external.close()
     paths = {name: directory / f"{name.replace(' ', '_')}.onnx" for name in graphs}
