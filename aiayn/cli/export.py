@@ -11,7 +11,7 @@ from aiayn.cli.args import UserError, add_data_flag
 from aiayn.core.folder import ModelFolder
 from aiayn.core.normalizer import normalize_text
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus, is_multi30k_pair
-from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_VARIANTS
+from aiayn.engines import BLOCK_VARIANTS
 
 
 def check_set(

@@ -5,21 +5,22 @@ bytes are written once: the embedding both graphs look tokens up in is one copy,
 and hands the same bytes to both sessions (``page/engine.js``). fp32 is the folder's own graphs with nothing but
 their storage changed, so they compute exactly what they computed before.
 
-The weight-only variants (``block_quant.VARIANTS``, the ones `aiayn translate --variant` runs on a CPU) replace
-every projection ``x @ Wᵀ`` with ``MatMulNBits`` and the embedding lookups with ``GatherBlockQuantized``, quantized
-by the same code as the CPU serving graphs, so the weights are the same numbers. The tied output projection is the
-embedding's own blocks (the same bytes in ``weights.bin``). Where a variant asks ONNX Runtime to quantize the
-activations too (``accuracy_level`` 4: int8 per row and block), the graph does it with standard operators before
-the product, as MLAS does (scale = max|x| / 127, codes rounded half to even), since onnxruntime-web's WASM build
-ignores the accuracy level and multiplies in fp32; so the browser runs the CLI's arithmetic, and a row's result
-depends on nothing but the row. Torch-free.
+The weight-only variants (``block_quant.VARIANTS``, the ones `aiayn translate --variant` runs on a CPU) store every
+projection's weight and the embedding as the same blocks the CPU serving graphs hold (``block_quant``, the same
+code), each once: the tied output projection reads the embedding's blocks. Standard operators turn them back into
+fp32, (code - zero point) · scale as ONNX Runtime's ``MatMulNBits`` and ``GatherBlockQuantized`` compute it, on
+constants only, so ONNX Runtime folds them once when the session loads and the products run at fp32's speed (those
+two contrib ops run in onnxruntime-web's WASM build, but ``MatMulNBits`` there ignores the accuracy level and runs
+6.5× slower than fp32's MatMul at the base size). Where a variant asks ONNX Runtime to quantize the activations too
+(``accuracy_level`` 4: int8 per row and block), the graph does it with standard operators before each product, as
+MLAS does (scale = max|x| / 127, codes rounded half to even), so the browser runs the CLI's arithmetic, up to fp32
+rounding, and a row's result depends on nothing but the row. Torch-free.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -28,7 +29,7 @@ from onnx import helper, numpy_helper
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE, VARIANT_KEY
 from aiayn.core.folder import ModelFolder
 from aiayn.core.weight_spec import EMBEDDING
-from aiayn.engines.onnx.block_quant import VARIANTS, BlockScheme, quantize_gather, quantize_matmul
+from aiayn.engines.onnx.block_quant import VARIANTS, BlockScheme, quantize_matmul
 
 WEIGHTS_FILE = "weights.bin"
 WEB_VARIANTS = ("fp32", *VARIANTS)
@@ -74,7 +75,9 @@ class SharedWeights:
 
 
 class WeightQuantizer:
-    """Rewrites one contract graph's projections and embedding lookups into ``scheme``'s block-quantized ops."""
+    """Stores one contract graph's projection weights and embedding as ``scheme``'s blocks, turned back into fp32 by
+    standard operators on constants, which ONNX Runtime folds once when the session loads: the products and lookups
+    around them are the fp32 graph's own, as fast as fp32, and need no contrib op."""
 
     def __init__(self, graph: onnx.GraphProto, scheme: BlockScheme) -> None:
         self.graph, self.scheme = graph, scheme
@@ -88,80 +91,119 @@ class WeightQuantizer:
         self.counter += 1
         return f"{hint}_q{self.counter}"
 
-    def weight(self, name: str) -> tuple[str, np.ndarray] | None:
-        """The constant behind ``name``, fp32 (an initializer, or the Cast of its fp16 copy): (its name, value)."""
-        node = self.producer.get(name)
-        if node is not None and node.op_type == "Cast" and node.input[0] in self.initializers:
-            name = node.input[0]
-        elif node is not None or name not in self.initializers:
-            return None
-        value = numpy_helper.to_array(self.initializers[name]).astype(np.float32)
-        return name.removesuffix(".fp16"), value
-
-    def transposed_weight(self, name: str) -> tuple[str, np.ndarray] | None:
-        """A torch Linear's weight (out, in) behind ``Transpose(perm=[1, 0])``, as the product's (in, out)."""
-        node = self.producer.get(name)
-        if node is None or node.op_type != "Transpose":
-            return None
-        perm = [list(a.ints) for a in node.attribute if a.name == "perm"]
-        found = self.weight(node.input[0]) if perm == [[1, 0]] else None
-        return None if found is None or found[1].ndim != 2 else (found[0], found[1].T)
-
     def constant(self, name: str, value: np.ndarray) -> str:
         self.added.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
+    def source(self, name: str) -> str | None:
+        """The 2-D initializer behind the fp32 value ``name``: itself, or the fp16 copy a Cast turns into it."""
+        node = self.producer.get(name)
+        if node is not None:
+            cast = node.op_type == "Cast" and node.input[0] in self.initializers
+            name = node.input[0] if cast else ""
+        tensor = self.initializers.get(name)
+        return name if tensor is not None and len(tensor.dims) == 2 else None
+
+    def linear_weight(self, node: onnx.NodeProto) -> str | None:
+        """For a product x @ Transpose(W), W (out, in) a torch Linear's constant weight: W's fp32 value."""
+        transpose = self.producer.get(node.input[1])
+        if transpose is None or transpose.op_type != "Transpose":
+            return None
+        perm = [list(a.ints) for a in transpose.attribute if a.name == "perm"]
+        return transpose.input[0] if perm == [[1, 0]] and self.source(transpose.input[0]) else None
+
     def rewrite(self) -> None:
-        nodes: list[onnx.NodeProto] = []
+        weights: set[str] = set()  # the fp32 values to store as blocks
+        products: dict[str, int] = {}  # output → K of each product over one of them
         for node in self.graph.node:
-            if node.op_type == "MatMul" and (found := self.transposed_weight(node.input[1])) is not None:
-                nodes += self.matmul(node, *found)
-            elif node.op_type == "Gather" and (table := self.table(node.input[0])) is not None:
-                nodes.append(self.lookup(node, *table))
-            else:
-                nodes.append(node)
-        del self.graph.node[:]
+            if node.op_type == "MatMul" and (weight := self.linear_weight(node)) is not None:
+                weights.add(weight)
+                products[node.output[0]] = int(self.initializers[str(self.source(weight))].dims[1])
+            elif node.op_type == "Gather" and (table := self.source(node.input[0])) is not None:
+                if table.removesuffix(".fp16").endswith(EMBEDDING):  # positions stay fp32, as in the serving graphs
+                    weights.add(node.input[0])
+        nodes: list[onnx.NodeProto] = []
+        for weight in sorted(weights):
+            nodes += self.dequantized(weight, str(self.source(weight)))
+        for node in self.graph.node:
+            if set(node.output) & weights:  # the Cast that made the weight from its fp16 copy
+                continue
+            if node.output[0] in products and self.scheme.accuracy_level == INT8_ACTIVATIONS:
+                x, before = self.int8_activations(node.input[0], products[node.output[0]])
+                nodes += before
+                node.input[0] = x
+            nodes.append(node)
+        kept = [tensor for tensor in self.graph.initializer if tensor.name not in weights]
+        del self.graph.initializer[:], self.graph.node[:]
+        self.graph.initializer.extend([*kept, *self.added])
         self.graph.node.extend(nodes)
-        self.graph.initializer.extend(self.added)
         prune(self.graph)
 
-    def table(self, name: str) -> tuple[str, np.ndarray] | None:
-        """The embedding behind ``name``, when its rows are whole blocks (``GatherBlockQuantized`` has no padding);
-        positions and other tables stay fp32, as in the serving graphs."""
-        found = self.weight(name)
-        if found is None or not found[0].endswith(EMBEDDING) or found[1].ndim != 2:
-            return None
-        return found if found[1].shape[1] % self.scheme.block_size == 0 else None
+    def dequantized(self, out: str, source: str) -> list[onnx.NodeProto]:
+        """Nodes that make ``out``, the weight W (N, K) of initializer ``source``, from its blocks along K:
+        (code - zero point) · scale, as ONNX Runtime's block-quantized ops compute it."""
+        weight = numpy_helper.to_array(self.initializers[source]).astype(np.float32)
+        n, k = weight.shape
+        quantized = quantize_matmul(weight.T, self.scheme)  # one row of blocks per output: W's own rows
+        name, bits = source.removesuffix(".fp16"), self.scheme.bits
+        n_blocks = quantized.scales.shape[1]
+        packed = self.constant(f"{name}.q{bits}", quantized.packed.reshape(n, -1))
+        scales = self.constant(f"{name}.scales", quantized.scales[..., None])  # (N, n_blocks, 1)
+        nodes, codes = self.codes(packed, bits, (n, n_blocks, -1))
+        if quantized.zero_points is None:
+            zero_points = self.constant(self.fresh(f"{name}.zero_point"), np.array(1 << (bits - 1), np.float32))
+        else:
+            stored = self.constant(f"{name}.zero_points", quantized.zero_points)
+            unpacked, zero_points = self.codes(stored, bits, (n, -1))
+            first = self.constant(self.fresh("first"), np.array([0, 0, 0]))
+            last = self.constant(self.fresh("last"), np.array([n, n_blocks, 1]))
+            nodes += unpacked
+            nodes.append(
+                helper.make_node(
+                    "Unsqueeze", [zero_points, self.constant(self.fresh("axes"), np.array([-1]))], [out + ".zp3"]
+                )
+            )
+            nodes.append(helper.make_node("Slice", [out + ".zp3", first, last], [out + ".zp"]))  # (N, n_blocks, 1)
+            zero_points = out + ".zp"
+        flat = self.constant(self.fresh("flat"), np.array([n, -1]))
+        nodes += [
+            helper.make_node("Sub", [codes, zero_points], [out + ".centred"]),
+            helper.make_node("Mul", [out + ".centred", scales], [out + ".blocks"]),
+            helper.make_node("Reshape", [out + ".blocks", flat], [out + ".padded"]),  # (N, n_blocks · block_size)
+        ]
+        window = [
+            self.constant(self.fresh(part), np.array(v)) for part, v in (("start", [0]), ("end", [k]), ("axis", [1]))
+        ]
+        nodes.append(helper.make_node("Slice", [out + ".padded", *window], [out]))  # (N, K)
+        for index, node in enumerate(nodes):
+            node.name = f"{out}.dequantize.{index}"
+        return nodes
 
-    def matmul(self, node: onnx.NodeProto, name: str, weight: np.ndarray) -> list[onnx.NodeProto]:
-        quantized = quantize_matmul(weight, self.scheme)
-        parts = zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
-        inputs = [self.constant(f"{name}.{part}", array) for part, array in parts]
-        attributes: dict[str, Any] = dict(quantized.attributes)
-        before: list[onnx.NodeProto] = []
-        x = node.input[0]
-        if attributes["accuracy_level"] == INT8_ACTIVATIONS:
-            x, before = self.int8_activations(x, attributes["K"])
-            attributes["accuracy_level"] = 0  # the input is already int8 values: multiply them exactly as given
-        product = helper.make_node(
-            "MatMulNBits", [x, *inputs], list(node.output), name=node.name, domain=MS_DOMAIN, **attributes
-        )
-        return [*before, product]
-
-    def lookup(self, node: onnx.NodeProto, name: str, table: np.ndarray) -> onnx.NodeProto:
-        quantized = quantize_gather(table, self.scheme)
-        data, scales, *zero_points = (
-            self.constant(f"{name}.rows.{part}", array)
-            for part, array in zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
-        )
-        return helper.make_node(
-            "GatherBlockQuantized",
-            [data, node.input[1], scales, *zero_points],
-            list(node.output),
-            name=node.name,
-            domain=MS_DOMAIN,
-            **dict[str, Any](quantized.attributes),
-        )
+    def codes(self, packed: str, bits: int, shape: tuple[int, ...]) -> tuple[list[onnx.NodeProto], str]:
+        """``packed`` uint8 codes, low bits first, as fp32 values of ``shape``: the nodes, and their output."""
+        out = self.fresh(packed)
+        target = self.constant(self.fresh("shape"), np.array(shape))
+        if bits == 8:
+            nodes = [helper.make_node("Reshape", [packed, target], [out + ".codes"])]
+        else:  # two 4-bit codes a byte: the low one first
+            axes = self.constant(self.fresh("axes"), np.array([-1]))
+            nodes = [
+                helper.make_node(
+                    "BitwiseAnd", [packed, self.constant(self.fresh("low"), np.array(15, np.uint8))], [out + ".low"]
+                ),
+                helper.make_node(
+                    "BitShift",
+                    [packed, self.constant(self.fresh("shift"), np.array(4, np.uint8))],
+                    [out + ".high"],
+                    direction="RIGHT",
+                ),
+                helper.make_node("Unsqueeze", [out + ".low", axes], [out + ".low1"]),
+                helper.make_node("Unsqueeze", [out + ".high", axes], [out + ".high1"]),
+                helper.make_node("Concat", [out + ".low1", out + ".high1"], [out + ".pairs"], axis=-1),
+                helper.make_node("Reshape", [out + ".pairs", target], [out + ".codes"]),
+            ]
+        nodes.append(helper.make_node("Cast", [out + ".codes"], [out], to=onnx.TensorProto.FLOAT))
+        return nodes, out
 
     def int8_activations(self, x: str, k: int) -> tuple[str, list[onnx.NodeProto]]:
         """``x`` (…, K) as MatMulNBits's accuracy level 4 sees it: per row and block of K, codes round(x · 127 /

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE, VARIANT_KEY, kv_names
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.block_quant import VARIANTS
+from aiayn.engines.onnx.block_quant import VARIANTS, QuantizedMatMul, dequantize_matmul, quantize_matmul
 from aiayn.export.web_graphs import INT8_ACTIVATIONS, quantize_weights, write_browser_graphs
 
 
@@ -78,14 +78,12 @@ def test_quantized_graphs_store_the_embedding_once_for_lookups_and_the_tied_proj
 ) -> None:
     encoder, decoder, weights = write_browser_graphs(en_de, variant, tmp_path)
     model = onnx.load(str(decoder), load_external_data=False)
-    ops = {node.op_type for node in model.graph.node}
-    assert {"MatMulNBits", "GatherBlockQuantized"} <= ops and "MatMul" in ops  # attention's products stay fp32
     assert {e.key: e.value for e in model.metadata_props}[VARIANT_KEY] == variant
-    table = next(n for n in model.graph.node if n.op_type == "GatherBlockQuantized").input[0]
-    projection = [n.input[1] for n in model.graph.node if n.op_type == "MatMulNBits" and "embedding" in n.input[1]]
+    assert all(node.domain in ("", "ai.onnx") for node in model.graph.node)  # standard operators only
     places = external_places(decoder)
-    assert projection and places[projection[0]] == places[table] == external_places(encoder)[table]
-    # Each output of both graphs is computed; the encoder's lookups give the blocks' values, not fp32 ones.
+    blocks = f"model.embedding.weight.q{VARIANTS[variant].bits}"
+    assert places[blocks] == external_places(encoder)[blocks]  # one copy: both lookups and the projection
+    assert not any("embedding.weight.fp16" in name for name in places)
     enc_feeds, dec_feeds = contract_feeds(en_de)
     assert all(np.isfinite(out).all() for out in session(decoder).run(None, dec_feeds))
     memory = session(encoder).run(["memory"], enc_feeds)[0]
@@ -95,49 +93,60 @@ def test_quantized_graphs_store_the_embedding_once_for_lookups_and_the_tied_proj
 
 
 def one_projection(weight: np.ndarray) -> onnx.ModelProto:
-    """x (batch, len, K) @ weightᵀ, as torch exports a Linear without bias."""
+    """x (batch, len, K) @ weightᵀ, as torch exports a Linear without bias; the weight is an output too."""
     n, k = weight.shape
     nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
     graph = helper.make_graph(
         nodes,
         "projection",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "len", k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "len", n])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "len", n]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [n, k]),
+        ],
         [numpy_helper.from_array(weight, "w")],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
 
 
+def matmul_nbits(x: np.ndarray, quantized: QuantizedMatMul, accuracy_level: int) -> np.ndarray:
+    """ONNX Runtime's own MatMulNBits of x and ``quantized`` at ``accuracy_level``."""
+    names = ["b", "scales", "zero_points"][: len(quantized.constants())]
+    node = helper.make_node(
+        "MatMulNBits",
+        ["x", *names],
+        ["y"],
+        domain="com.microsoft",
+        **{**quantized.attributes, "accuracy_level": accuracy_level},
+    )
+    graph = helper.make_graph(
+        [node],
+        "nbits",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in zip(names, quantized.constants(), strict=True)],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
+    return session(helper.make_model(graph, opset_imports=opsets, ir_version=8)).run(None, {"x": x})[0]
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_the_int8_activations_are_matmulnbits_own(variant: str) -> None:
-    """The rewritten product (int8 activations by standard ops, then MatMulNBits in fp32, as onnxruntime-web runs
-    it) equals ONNX Runtime's MatMulNBits at accuracy level 4 up to fp32 rounding; fp32 activations do not."""
-    level = VARIANTS[variant].accuracy_level
+def test_the_weights_and_int8_activations_are_matmulnbits_own(variant: str) -> None:
+    """The rewritten product (its weight dequantized by standard operators, its input made int8 by them, as
+    onnxruntime-web runs it) has block_quant's very weight, and equals ONNX Runtime's MatMulNBits at the variant's
+    accuracy level up to fp32 rounding; fp32 activations would not."""
+    scheme = VARIANTS[variant]
     rng = np.random.default_rng(1)
     weight = rng.standard_normal((96, 128)).astype(np.float32)
     x = (rng.standard_normal((3, 5, 128)) * rng.uniform(0.1, 5, (3, 5, 1))).astype(np.float32)
     x[0, 0, :32] = 0  # a block of zeros
     model = one_projection(weight)
-    quantize_weights(model, VARIANTS[variant])
-    browser = session(model).run(None, {"x": x})[0]
-    product = next(n for n in model.graph.node if n.op_type == "MatMulNBits")
-    if level != INT8_ACTIVATIONS:  # fp32 activations: the product is ONNX Runtime's alone
-        assert product.input[0] == "x"
-        return
-
-    def direct(accuracy_level: int) -> np.ndarray:
-        """MatMulNBits on x itself at ``accuracy_level``."""
-        node = onnx.NodeProto()
-        node.CopyFrom(product)
-        node.input[0] = "x"
-        next(a for a in node.attribute if a.name == "accuracy_level").i = accuracy_level
-        alone = onnx.ModelProto()
-        alone.CopyFrom(model)
-        del alone.graph.node[:]
-        alone.graph.node.append(node)
-        return session(alone).run(None, {"x": x})[0]
-
-    expected, fp32_activations = direct(level), direct(0)
+    quantize_weights(model, scheme)
+    browser, dequantized = session(model).run(None, {"x": x})
+    quantized = quantize_matmul(weight.T, scheme)
+    assert np.array_equal(dequantized, dequantize_matmul(quantized).T)
+    expected = matmul_nbits(x, quantized, scheme.accuracy_level)
     scale = np.abs(expected).max()
     assert np.abs(browser - expected).max() < 1e-5 * scale
-    assert np.abs(fp32_activations - expected).max() > 1e-3 * scale
+    if scheme.accuracy_level == INT8_ACTIVATIONS:
+        assert np.abs(matmul_nbits(x, quantized, 0) - expected).max() > 1e-3 * scale
