@@ -35,7 +35,6 @@ WEIGHTS_FILE = "weights.bin"
 WEB_VARIANTS = ("fp32", *VARIANTS)
 EXTERNAL_MIN_BYTES = 1024  # smaller constants (shapes, norms, biases) stay inside the graph
 ALIGNMENT = 64
-MS_DOMAIN = "com.microsoft"
 INT8_ACTIVATIONS = 4  # MatMulNBits's accuracy_level that quantizes its input to int8 per row and block
 INT8_MAX = 127.0
 
@@ -150,34 +149,29 @@ class WeightQuantizer:
         packed = self.constant(f"{name}.q{bits}", quantized.packed.reshape(n, -1))
         scales = self.constant(f"{name}.scales", quantized.scales[..., None])  # (N, n_blocks, 1)
         nodes, codes = self.codes(packed, bits, (n, n_blocks, -1))
-        if quantized.zero_points is None:
+        if quantized.zero_points is None:  # symmetric: ONNX Runtime's default zero point, 2^(bits-1)
             zero_points = self.constant(self.fresh(f"{name}.zero_point"), np.array(1 << (bits - 1), np.float32))
-        else:
-            stored = self.constant(f"{name}.zero_points", quantized.zero_points)
-            unpacked, zero_points = self.codes(stored, bits, (n, -1))
-            first = self.constant(self.fresh("first"), np.array([0, 0, 0]))
-            last = self.constant(self.fresh("last"), np.array([n, n_blocks, 1]))
-            nodes += unpacked
-            nodes.append(
-                helper.make_node(
-                    "Unsqueeze", [zero_points, self.constant(self.fresh("axes"), np.array([-1]))], [out + ".zp3"]
-                )
-            )
-            nodes.append(helper.make_node("Slice", [out + ".zp3", first, last], [out + ".zp"]))  # (N, n_blocks, 1)
+        else:  # packed like the codes, a byte's last half unused where the blocks are odd: (N, n_blocks, 1)
+            unpacked, padded = self.codes(self.constant(f"{name}.zero_points", quantized.zero_points), bits, (n, -1, 1))
+            nodes += [*unpacked, self.leading(padded, n_blocks, out + ".zp")]
             zero_points = out + ".zp"
         flat = self.constant(self.fresh("flat"), np.array([n, -1]))
         nodes += [
             helper.make_node("Sub", [codes, zero_points], [out + ".centred"]),
             helper.make_node("Mul", [out + ".centred", scales], [out + ".blocks"]),
             helper.make_node("Reshape", [out + ".blocks", flat], [out + ".padded"]),  # (N, n_blocks · block_size)
+            self.leading(out + ".padded", k, out),  # (N, K)
         ]
-        window = [
-            self.constant(self.fresh(part), np.array(v)) for part, v in (("start", [0]), ("end", [k]), ("axis", [1]))
-        ]
-        nodes.append(helper.make_node("Slice", [out + ".padded", *window], [out]))  # (N, K)
         for index, node in enumerate(nodes):
             node.name = f"{out}.dequantize.{index}"
         return nodes
+
+    def leading(self, x: str, count: int, out: str) -> onnx.NodeProto:
+        """The first ``count`` entries of ``x`` along axis 1."""
+        bounds = [
+            self.constant(self.fresh(part), np.array([v])) for part, v in (("start", 0), ("end", count), ("axis", 1))
+        ]
+        return helper.make_node("Slice", [x, *bounds], [out])
 
     def codes(self, packed: str, bits: int, shape: tuple[int, ...]) -> tuple[list[onnx.NodeProto], str]:
         """``packed`` uint8 codes, low bits first, as fp32 values of ``shape``: the nodes, and their output."""
@@ -241,7 +235,7 @@ class WeightQuantizer:
 
 
 def prune(graph: onnx.GraphProto) -> None:
-    """Drop the nodes and initializers nothing reads any more (the Casts and Transposes of replaced weights)."""
+    """Drop the nodes and initializers nothing reads any more (the fp16 copies of the weights now stored as blocks)."""
     while True:
         read = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
         unused = [node for node in graph.node if not set(node.output) & read]
@@ -257,8 +251,6 @@ def prune(graph: onnx.GraphProto) -> None:
 
 def quantize_weights(model: onnx.ModelProto, scheme: BlockScheme) -> None:
     WeightQuantizer(model.graph, scheme).rewrite()
-    if not any(opset.domain == MS_DOMAIN for opset in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
 
 
 def check_variant(variant: str) -> None:
