@@ -197,6 +197,10 @@ def test_export_to_web_needs_out(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "en-de", "--to", "web"]) == 2
     assert "--out DIR goes with --to web" in capsys.readouterr().err
     assert main(["export", "en-de", "--out", "somewhere"]) == 2
+    assert main(["export", "en-de", "--variant", "w8"]) == 2
+    assert "--variant goes with --to web" in capsys.readouterr().err
+    assert main(["export", "en-de", "--to", "web", "--out", "somewhere", "--variant", "w9"]) == 2
+    assert "unknown browser variant 'w9'; choose one of fp32, w8, w4" in capsys.readouterr().err
 
 
 def test_a_tarball_is_refused_unless_its_sha512_is_the_pinned_one() -> None:
