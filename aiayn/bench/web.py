@@ -9,6 +9,7 @@ what `aiayn translate` prints. Playwright is a dev dependency, imported inside t
 
 from __future__ import annotations
 
+import gzip
 import random
 import shutil
 import statistics
@@ -23,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.bench.serving import free_port, wait_until_serving
+from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
+from aiayn.core.folder import ModelFolder
 from aiayn.export.web import export_web
+from aiayn.export.web_graphs import WEIGHTS_FILE
 from aiayn.serve.service import LoadedModel
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -39,8 +43,24 @@ CHROMIUM_ARGS = [
 SPACING = [" ", " ", "  ", "\t", " \t "]
 PADDING = ["", " ", "  ", "\t"]
 FIRST_LINE = "Two dogs play in the snow."
-CAPTIONS, QUICK_CAPTIONS = 200, 40  # test captions translated at each beam size (--quick: fewer)
 ROUNDS = 3  # fresh pages; the times are their medians
+BATCH = 32  # lines a batch-mates check translates together
+INDEX = "index.html"
+GRAPH_FILES = (ENCODER_FILE, DECODER_FILE, WEIGHTS_FILE)
+GZIP_LEVEL = 6  # gzip's default, as web servers use it
+OPUS_MT_VOCAB = 58101  # opus-mt-en-de's vocabulary: the base size's folder is that checkpoint's size
+
+
+@dataclass(frozen=True)
+class WebPlan:
+    """How many test captions: timed at each beam, translated alone against in batches, timed at the base size."""
+
+    captions: int
+    alone: int
+    base_captions: int
+
+
+WEB_FULL, WEB_QUICK = WebPlan(200, 1000, 8), WebPlan(40, 100, 3)
 
 
 def untidy(lines: Sequence[str], seed: int = 0) -> list[str]:
@@ -110,34 +130,81 @@ def cli_translations(model: LoadedModel, lines: Sequence[str], beam: int) -> lis
     return model.run(model.prepare(list(lines)), beam).text.split("\n")
 
 
+def downloaded_files(page: Any, folder: Path) -> list[Path]:
+    """The folder's files the page has fetched so far (the page itself, its modules, the graphs, the WASM), as the
+    browser's resource timing lists them."""
+    names = page.evaluate("performance.getEntriesByType('resource').map((entry) => new URL(entry.name).pathname)")
+    fetched = {name.lstrip("/") for name in names} | {INDEX}
+    return sorted(folder / name for name in fetched if (folder / name).is_file())
+
+
+@dataclass(frozen=True)
+class Download:
+    """What a WASM page downloads, in MB: as the files are (what `python -m http.server` sends), and gzipped
+    one by one (what a host that compresses every response sends), and the graphs' share of the former."""
+
+    files_mb: float
+    gzip_mb: float
+    graphs_mb: float
+
+    @classmethod
+    def of(cls, files: Sequence[Path]) -> Download:
+        sizes = [f.stat().st_size for f in files]
+        squeezed = [len(gzip.compress(f.read_bytes(), GZIP_LEVEL)) for f in files]
+        graphs = sum(f.stat().st_size for f in files if f.name in GRAPH_FILES)
+        return cls(sum(sizes) / 1e6, sum(squeezed) / 1e6, graphs / 1e6)
+
+
 @dataclass(frozen=True)
 class WebFigures:
     pair: str
-    size_mb: float
+    variant: str
+    download: Download
     first_s: float
     lines: int
     identical: dict[int, int]  # beam → lines equal to `aiayn translate`'s (in the round with fewest)
     ms_per_line: dict[int, float]  # beam → milliseconds per caption
+    alone: dict[int, int]  # beam → lines whose translation alone equals theirs in batches of BATCH (0: not run)
+
+
+def batch_mates(page: Any, lines: Sequence[str], beam: int) -> int:
+    """How many of ``lines`` translate alone as they do in batches of ``BATCH`` lines."""
+    batched = []
+    for start in range(0, len(lines), BATCH):
+        batched += translate_in_page(page, lines[start : start + BATCH], beam)[0]
+    script = """async ([lines, beam]) => {
+        const out = [];
+        for (const line of lines) out.push((await window.aiayn.translate([line], {beam}))[0]);
+        return out;
+    }"""
+    alone = page.evaluate(script, [list(lines), beam])
+    return sum(a == b for a, b in zip(alone, batched, strict=True))
 
 
 def measure_web(
-    model: LoadedModel, captions: Sequence[str], beams: Sequence[int] = (1, 4), rounds: int = ROUNDS
+    model: LoadedModel,
+    captions: Sequence[str],
+    variant: str = "fp32",
+    beams: Sequence[int] = (1, 4),
+    rounds: int = ROUNDS,
+    alone: Sequence[str] = (),
 ) -> WebFigures:
-    """The folder of ``model`` in Chromium on the untidy ``captions``: identity and speed at each beam size. The
-    times are medians of ``rounds``, each in a fresh page after one untimed pass (the first translation's time is
-    the cold one); every round's translations are compared."""
+    """The ``variant`` folder of ``model`` (loaded with that variant: `aiayn translate --variant`) in Chromium on the
+    untidy ``captions``: what the page downloads, identity and speed at each beam size, and whether the lines of
+    ``alone`` translate alone as in batches. The times are medians of ``rounds``, each in a fresh page after one
+    untimed pass (the first translation's time is the cold one); every round's translations are compared."""
     lines = untidy(captions)
     expected = {beam: cli_translations(model, lines, beam) for beam in beams}
     first, times = [], {beam: [] for beam in beams}
     identical = dict.fromkeys(beams, len(lines))
     with tempfile.TemporaryDirectory(prefix="aiayn-web-") as tmp:
         out = Path(tmp)
-        export_web(model.folder, out)
-        size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+        export_web(model.folder, out, variant)
         with served_folder(out) as url, chromium() as browser:
             for _ in range(rounds):
                 page, first_s = open_page(browser, url)
                 first.append(first_s)
+                download = Download.of(downloaded_files(page, out))
                 # Once untimed: Chromium compiles the 14 MB of WASM into optimized code in the background for
                 # seconds after the page opens, on the cores the timed runs would otherwise share with it.
                 translate_in_page(page, lines, 1)
@@ -147,20 +214,86 @@ def measure_web(
                     identical[beam] = min(identical[beam], same)
                     times[beam].append(ms / len(lines))
                 page.close()
+            page, _ = open_page(browser, url)
+            mates = {beam: batch_mates(page, alone, beam) if alone else 0 for beam in beams}
+            page.close()
     pair = f"{model.config.src_lang}-{model.config.tgt_lang}"
     speed = {beam: statistics.median(ms) for beam, ms in times.items()}
-    return WebFigures(pair, size / 1e6, statistics.median(first), len(lines), identical, speed)
+    return WebFigures(pair, variant, download, statistics.median(first), len(lines), identical, speed, mates)
 
 
-def web_report(figures: Sequence[WebFigures]) -> str:
+def web_report(figures: Sequence[WebFigures], alone: int = 0) -> str:
+    """The figures as a Markdown table; ``alone``: how many lines the batch-mates check translated (0: none)."""
+    header = (
+        "| pair | variant | downloaded (gzip) | of it graphs | first translation | identical, greedy "
+        "| identical, beam 4 | ms/caption, greedy | ms/caption, beam 4 |"
+    )
+    if alone:
+        header += f" alone = in batches of {BATCH}, greedy | the same, beam 4 |"
+    rows = [header, "|---" * (header.count("|") - 1) + "|"]
+    for f in figures:
+        d = f.download
+        row = (
+            f"| {f.pair} | {f.variant} | {d.files_mb:.1f} MB ({d.gzip_mb:.1f}) | {d.graphs_mb:.1f} MB "
+            f"| {f.first_s:.2f} s | {f.identical[1]}/{f.lines} | {f.identical[4]}/{f.lines} "
+            f"| {f.ms_per_line[1]:.1f} | {f.ms_per_line[4]:.1f} |"
+        )
+        rows.append(row + (f" {f.alone[1]}/{alone} | {f.alone[4]}/{alone} |" if alone else ""))
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class BaseWebFigures:
+    variant: str
+    download: Download
+    first_s: float
+    lines: int
+    ms_per_line: float  # greedy
+    tokens_per_line: float  # the outputs' mean length in tokens (a random model's outputs run long)
+
+
+def measure_web_base(
+    folder: ModelFolder, captions: Sequence[str], variants: Sequence[str], vocab_size: int = OPUS_MT_VOCAB
+) -> list[BaseWebFigures]:
+    """Each variant's folder of a base-size model (Table 3: 6 + 6 layers, d_model 512) with ``vocab_size`` tokens
+    and seeded random weights (``base_size.base_folder``): what a WASM page downloads, its first translation, and ms
+    per caption at greedy after one untimed pass; one fresh page each."""
+    from aiayn.bench.base_size import base_folder
+    from aiayn.core.config import PRESETS
+    from aiayn.export.onnx_export import export_onnx
+    from aiayn.model.weights import load_model
+
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="aiayn-web-base-") as tmp:
+        base = base_folder(folder, Path(tmp) / "base", PRESETS["base"].replace(vocab_size=vocab_size))
+        export_onnx(load_model(base), base)
+        lines = untidy(captions)
+        with chromium() as browser:
+            for variant in variants:
+                out = Path(tmp) / variant
+                export_web(base, out, variant)
+                with served_folder(out) as url:
+                    page, first_s = open_page(browser, url)
+                    download = Download.of(downloaded_files(page, out))
+                    translate_in_page(page, lines[:2], 1)
+                    got, ms = translate_in_page(page, lines, 1)
+                    page.close()
+                tokens = statistics.mean(len(base.tokenizer.encode(text)) for text in got)
+                figures.append(BaseWebFigures(variant, download, first_s, len(lines), ms / len(lines), tokens))
+                shutil.rmtree(out)
+    return figures
+
+
+def base_web_report(figures: Sequence[BaseWebFigures], vocab_size: int = OPUS_MT_VOCAB) -> str:
     rows = [
-        "| pair | folder | first translation | lines | identical, greedy | identical, beam 4 | ms/caption, greedy "
-        "| ms/caption, beam 4 |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| base size, vocabulary {vocab_size} | downloaded (gzip) | of it graphs | first translation "
+        "| ms/caption, greedy | tokens/caption |",
+        "|---|---|---|---|---|---|",
     ]
     for f in figures:
+        d = f.download
         rows.append(
-            f"| {f.pair} | {f.size_mb:.1f} MB | {f.first_s:.2f} s | {f.lines} | {f.identical[1]}/{f.lines} "
-            f"| {f.identical[4]}/{f.lines} | {f.ms_per_line[1]:.1f} | {f.ms_per_line[4]:.1f} |"
+            f"| {f.variant} | {d.files_mb:.1f} MB ({d.gzip_mb:.1f}) | {d.graphs_mb:.1f} MB | {f.first_s:.1f} s "
+            f"| {f.ms_per_line:.0f} | {f.tokens_per_line:.0f} |"
         )
     return "\n".join(rows)

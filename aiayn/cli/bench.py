@@ -22,12 +22,23 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(serve_report(measure_crowds(args.model, corpus.src)))
         return
     if args.web:
-        from aiayn.bench.web import CAPTIONS, QUICK_CAPTIONS, measure_web, web_report
+        from aiayn.bench.web import WEB_FULL, WEB_QUICK, base_web_report, measure_web, measure_web_base, web_report
+        from aiayn.export.web_graphs import WEB_VARIANTS
         from aiayn.serve.service import TranslationService
 
-        test = load_split_for(folder, "test_2016_flickr", args.data)
-        captions = test.src[: QUICK_CAPTIONS if args.quick else CAPTIONS]
-        print(web_report([measure_web(TranslationService(device="cpu").model(args.model), captions)]))
+        test = load_split_for(folder, "test_2016_flickr", args.data).src
+        plan = WEB_QUICK if args.quick else WEB_FULL
+        figures = [
+            measure_web(
+                TranslationService(device="cpu", variant=variant).model(args.model),
+                test[: plan.captions],
+                variant,
+                alone=test[: plan.alone],
+            )
+            for variant in WEB_VARIANTS
+        ]
+        print(web_report(figures, min(plan.alone, len(test))))
+        print(f"\n{base_web_report(measure_web_base(folder, test[: plan.base_captions], WEB_VARIANTS))}")
         return
     if args.memory:
         from aiayn.bench.memory import measure_memory, memory_report
@@ -119,8 +130,10 @@ def add_bench(sub: Any) -> None:
     p.add_argument(
         "--web",
         action="store_true",
-        help="the folder of `aiayn export --to web` in Chromium: the first translation's time, ms per caption and "
-        "lines identical to `aiayn translate`'s on 200 untidy test captions (--quick: 40), greedy and beam 4",
+        help="the folder of `aiayn export --to web` in Chromium, each variant: what a page downloads, the first "
+        "translation's time, ms per caption and lines identical to `aiayn translate --variant`'s on 200 untidy test "
+        "captions, greedy and beam 4, and the 1000 test captions alone against in batches of 32; then the "
+        "downloads and ms per caption at the base size with opus-mt-en-de's vocabulary (--quick: fewer)",
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: cores to use")

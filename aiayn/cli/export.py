@@ -11,6 +11,7 @@ from aiayn.cli.args import UserError, add_data_flag
 from aiayn.core.folder import ModelFolder
 from aiayn.core.normalizer import normalize_text
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus, is_multi30k_pair
+from aiayn.engines import BLOCK_VARIANTS
 
 
 def check_set(
@@ -56,10 +57,12 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise UserError("--out DIR goes with --to web or --to space, and they need it")
     if args.device is not None and args.to != "space":
         raise UserError("--device goes with --to space (the Space's hardware); graphs serve on any device")
+    if args.variant is not None and args.to != "web":
+        raise UserError("--variant goes with --to web (the ONNX graphs take --quantize int8 and --fp16)")
     if args.to == "web":
         from aiayn.export.web import export_web
 
-        for line in export_web(folder, Path(args.out)):
+        for line in export_web(folder, Path(args.out), args.variant or "fp32"):
             print(line)
         return
     if args.to == "space":
@@ -100,6 +103,12 @@ def add_export(sub: Any) -> None:
         default=None,
         help="--to space: the Space's hardware (default cpu; cuda installs onnxruntime-gpu and serves the exported "
         "graphs, which `aiayn export MODEL` writes)",
+    )
+    p.add_argument(
+        "--variant",
+        default=None,
+        help="the browser folder's graphs (--to web): fp32 (default: the CLI's very answers) or a weight-only "
+        f"block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as `aiayn translate --variant` runs them",
     )
     p.add_argument(
         "--check-sentences",

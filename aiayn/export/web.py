@@ -1,7 +1,8 @@
 """`aiayn export MODEL --to web`: a static folder that translates in the visitor's browser with onnxruntime-web.
 
-The folder holds the page and its ES modules (``page/``), the contract's fp32 graphs, the model folder's
-``tokenizer.json`` and ``config.json`` and the pinned npm files (``npm.py``); any static file server serves it,
+The folder holds the page and its ES modules (``page/``), the contract's graphs in the variant asked for with their
+one weights file (``web_graphs.py``), the model folder's ``tokenizer.json`` and ``config.json`` and the pinned npm
+files (``npm.py``); any static file server serves it,
 a Hugging Face static Space included. The modules port the CLI's text pipeline and search line by line; every
 rule they need that Python knows (the white space ``str.split`` splits on, which characters start a sentence,
 the clause table, the batching limits) is written here into ``config.json``'s ``web`` section, never
@@ -31,25 +32,24 @@ from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_ti
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
+from aiayn.export.web_graphs import WEIGHTS_FILE, check_variant, write_browser_graphs
 from aiayn.search.translator import LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS, SearchSettings
 from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, ClauseSplitter
 from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 
 PAGE_DIR = Path(__file__).with_name("page")
 WEB_SECTION = "web"
-# fp32: int8 is smaller on the wire but no faster here and translates differently from `aiayn translate`
-# (docs/onnx.md#the-browser has the figures).
-VARIANT = "fp32"
 
 
-def web_section(folder: ModelFolder) -> dict[str, Any]:
+def web_section(folder: ModelFolder, variant: str) -> dict[str, Any]:
     """What the page's modules need beyond the model's config: graph and tensor names, and the CLI's text rules."""
     config, splitter, settings = folder.config, ClauseSplitter.of(folder), SearchSettings.of(folder)
     points = code_points()
     return {
-        "variant": VARIANT,
+        "variant": variant,
         "encoder": ENCODER_FILE,
         "decoder": DECODER_FILE,
+        "weights": WEIGHTS_FILE,
         "names": {
             "src_ids": SRC_IDS,
             "tgt_ids": TGT_IDS,
@@ -103,15 +103,16 @@ def space_readme(folder: ModelFolder) -> str:
     )
 
 
-def export_web(folder: ModelFolder, out_dir: Path, cache_dir: Path = CACHE_DIR) -> list[str]:
-    """Write the static folder; the report lines name its size. The graphs are checked against the folder first
-    (its weights and config, the contract), as every engine checks them."""
-    PortableOnnxEngine.load(folder, device="cpu", variant=VARIANT, threads=1)
+def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_dir: Path = CACHE_DIR) -> list[str]:
+    """Write the static folder with the graphs of ``variant`` (``web_graphs.WEB_VARIANTS``); the report lines name
+    its size. The fp32 graphs they are made from are checked against the folder first (its weights and config, the
+    contract), as every engine checks them."""
+    check_variant(variant)
+    PortableOnnxEngine.load(folder, device="cpu", variant="fp32", threads=1)
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"--out {out_dir} is a file; give a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for graph in (ENCODER_FILE, DECODER_FILE):
-        shutil.copyfile(folder.onnx_file(graph, VARIANT), out_dir / graph)
+    graphs = write_browser_graphs(folder, variant, out_dir)
     tokenizer = folder.tokenizer.tokenizer
     if not is_tidy(tokenizer):  # a folder written before the text contract moved into the file
         tokenizer = tidied(tokenizer, SPECIAL_TOKEN_TEXT.values())
@@ -119,7 +120,7 @@ def export_web(folder: ModelFolder, out_dir: Path, cache_dir: Path = CACHE_DIR) 
     # Replace and Strip, and in place of the Precompiled charsmap applies NFKC and fixed tables, which differ from
     # spm's nmt_nfkc only on characters the text pipeline never passes on (tests/export/test_web.py).
     SubwordTokenizer(tokenizer).save(out_dir / TOKENIZER_FILE)
-    sections = {**folder.sections, WEB_SECTION: web_section(folder)}
+    sections = {**folder.sections, WEB_SECTION: web_section(folder, variant)}
     (out_dir / CONFIG_FILE).write_text(json.dumps(sections, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for page_file in sorted(PAGE_DIR.iterdir()):
         if page_file.is_file():
@@ -128,8 +129,9 @@ def export_web(folder: ModelFolder, out_dir: Path, cache_dir: Path = CACHE_DIR) 
     for package in PACKAGES:
         copy_files(package, out_dir, cache_dir)
     size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
+    graphs_size = sum(f.stat().st_size for f in graphs)
     versions = ", ".join(f"{p.name} {p.version}" for p in PACKAGES)
     return [
-        f"wrote {out_dir}: {size / 1e6:.1f} MB ({VARIANT} graphs; {versions})",
+        f"wrote {out_dir}: {size / 1e6:.1f} MB, of which {graphs_size / 1e6:.1f} MB {variant} graphs ({versions})",
         f"try it: python -m http.server --directory {out_dir}, then open http://127.0.0.1:8000/",
     ]

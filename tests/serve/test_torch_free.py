@@ -100,10 +100,12 @@ def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:
 
 
 def test_export_to_web_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:
-    """The browser folder only copies graphs already exported: the demo install writes it too."""
+    """The browser folder only rewrites graphs already exported, w8's blocks included: the demo install writes it
+    too."""
     (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
     result = subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "web", "--out", str(tmp_path / "site")],
+        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "web", "--out", str(tmp_path / "site")]
+        + ["--variant", "w8"],
         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
         capture_output=True,
         text=True,
@@ -112,7 +114,8 @@ def test_export_to_web_runs_without_torch(bundled: dict[str, Path], tmp_path: Pa
     if "could not download" in result.stderr:
         pytest.skip(f"the npm registry is unreachable: {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert (tmp_path / "site" / "index.html").is_file() and "MB" in result.stdout
+    assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "weights.bin").is_file()
+    assert "w8 graphs" in result.stdout
 
 
 def test_export_to_space_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:

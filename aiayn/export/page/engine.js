@@ -46,7 +46,16 @@ export class OrtEngine {
     ort = await import(device === "webgpu" ? "./ort.webgpu.min.mjs" : "./ort.wasm.min.mjs");
     ort.env.wasm.numThreads = 1;
     const providers = device === "webgpu" ? ["webgpu", "wasm"] : ["wasm"];
-    const options = { executionProviders: providers, graphOptimizationLevel: "all" };
+    // Both graphs read their weights from one file (each tensor stored once, the embedding they share included):
+    // fetched once, its bytes handed to both sessions.
+    const response = await fetch(web.weights);
+    if (!response.ok) throw new Error(`${web.weights}: ${response.status} ${response.statusText}`);
+    const weights = new Uint8Array(await response.arrayBuffer());
+    const options = {
+      executionProviders: providers,
+      graphOptimizationLevel: "all",
+      externalData: [{ path: web.weights, data: weights }],
+    };
     // One after the other: created at once, the two sessions opened later (a page's first translation at 8-15 s
     // against 3-11 s in alternating runs on a busy machine).
     const encoder = await ort.InferenceSession.create(web.encoder, options);
