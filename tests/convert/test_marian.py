@@ -241,23 +241,32 @@ def test_a_hub_id_is_read_through_the_hubs_cache(
     assert folder.provenance() == "imported from Helsinki-NLP/opus-mt-en-de (licence cc-by-4.0)"
 
 
+def fine_tune(
+    parent: ModelFolder, parallel: tuple[list[str], list[str]], tgt: str, tmp_path: Path
+) -> tuple[Path, dict[tuple[str, str], Path]]:
+    """`aiayn train --init-from parent` for 3 epochs on 300 pairs (60 to validate) written as train/valid.en/.tgt:
+    the new folder and the files."""
+    files = {}
+    for split, rows in (("train", slice(0, 300)), ("valid", slice(300, 360))):
+        for lang, lines in (("en", parallel[0]), (tgt, parallel[1])):
+            files[split, lang] = tmp_path / f"{split}.{lang}"
+            files[split, lang].write_text("\n".join(lines[rows]) + "\n", encoding="utf-8")
+    out = tmp_path / "fine-tuned"
+    command = ["train", "--init-from", str(parent.path), "--out", str(out), "--epochs", "3", "--device", "cpu"]
+    command += ["--train-files", str(files["train", "en"]), str(files["train", tgt])]
+    command += ["--valid-files", str(files["valid", "en"]), str(files["valid", tgt])]
+    assert main(command) == 0
+    return out, files
+
+
 def test_fine_tuning_an_imported_model_lowers_validation_loss(
     marian_checkpoint: MakeCheckpoint, parallel: tuple[list[str], list[str]], tmp_path: Path
 ) -> None:
     """`aiayn train --init-from` an imported folder on the user's files: both tokenizers kept, the loss falls,
     and the new folder translates and exports."""
     parent = imported(marian_checkpoint("swish", True), tmp_path)
-    english, german = parallel
-    files = {}
-    for split, rows in (("train", slice(0, 300)), ("valid", slice(300, 360))):
-        for lang, lines in (("en", english), ("de", german)):
-            files[split, lang] = tmp_path / f"{split}.{lang}"
-            files[split, lang].write_text("\n".join(lines[rows]) + "\n", encoding="utf-8")
-    out = tmp_path / "fine-tuned"
-    command = ["train", "--init-from", str(parent.path), "--out", str(out), "--epochs", "3", "--device", "cpu"]
-    command += ["--train-files", str(files["train", "en"]), str(files["train", "de"])]
-    command += ["--valid-files", str(files["valid", "en"]), str(files["valid", "de"])]
-    assert main(command) == 0
+    english = parallel[0]
+    out, files = fine_tune(parent, parallel, "de", tmp_path)
     record = json.loads((out / "training.json").read_text())
     losses = [epoch["val_loss"] for epoch in record["epochs"]]
     assert losses[-1] < losses[0], losses
@@ -491,17 +500,8 @@ def test_fine_tuning_a_target_puts_its_token_before_every_training_source(
 
     checkpoint = marian_checkpoint("swish", True, TARGETS)
     parent = imported(checkpoint, tmp_path, "--tgt", "por")
-    english, target = parallel
-    files = {}
-    for split, rows in (("train", slice(0, 300)), ("valid", slice(300, 360))):
-        for lang, lines in (("en", english), ("por", target)):
-            files[split, lang] = tmp_path / f"{split}.{lang}"
-            files[split, lang].write_text("\n".join(lines[rows]) + "\n", encoding="utf-8")
-    out = tmp_path / "fine-tuned"
-    command = ["train", "--init-from", str(parent.path), "--out", str(out), "--epochs", "3", "--device", "cpu"]
-    command += ["--train-files", str(files["train", "en"]), str(files["train", "por"])]
-    command += ["--valid-files", str(files["valid", "en"]), str(files["valid", "por"])]
-    assert main(command) == 0
+    english = parallel[0]
+    out, files = fine_tune(parent, parallel, "por", tmp_path)
     reference = MarianTokenizer.from_pretrained(str(checkpoint))
     prepared = PreparedData.open(out / "data").train
     expected = [reference(text)["input_ids"][:-1] for text in with_token("por", english[:300])]
