@@ -26,7 +26,7 @@ from aiayn.engines import ONNX
 OURS, PEER = f"{ONNX} fp32", "ctranslate2 fp32"
 W8, W4, PEER_INT8 = f"{ONNX} w8", f"{ONNX} w4", "ctranslate2 int8"  # the weight-only variants; CTranslate2's int8
 # One batch of 32 on two cores is what a lone `aiayn translate` of a file's first page, or the JSON route, asks.
-CONFIGS = ((1, 1), (1, 32), (4, 32))  # (beam, batch)
+BASE_CONFIGS = ((1, 1), (1, 32), (4, 32))  # (beam, batch)
 FRAMINGS = (
     Framing(
         "base size, 1 thread each",
@@ -80,6 +80,7 @@ class Footprint:
     loaded_mb: float
     load_peak_mb: float
     peak_mb: float
+    gpu_mb: float  # on a GPU: the most it held there over the run; else 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class BaseResult:
     rows: list[BaseRow]
     ratios: list[Ratio]
     footprints: list[Footprint]
+    framings: tuple[Framing, ...]
 
 
 def base_folder(folder: ModelFolder, path: Path, preset: ModelConfig = PRESETS["base"]) -> ModelFolder:
@@ -122,20 +124,25 @@ def base_folder(folder: ModelFolder, path: Path, preset: ModelConfig = PRESETS["
 
 
 def run_base_bench(
-    folder: ModelFolder, src: list[str], plan: BasePlan = BASE_FULL, preset: ModelConfig = PRESETS["base"]
+    folder: ModelFolder,
+    src: list[str],
+    plan: BasePlan = BASE_FULL,
+    preset: ModelConfig = PRESETS["base"],
+    framings: tuple[Framing, ...] = FRAMINGS,
+    configs: tuple[tuple[int, int], ...] = BASE_CONFIGS,
 ) -> BaseResult:
-    """Our engine and CTranslate2 on a base-size random model, outputs of ``plan.length`` tokens each."""
+    """Our engines and CTranslate2 on a base-size random model, outputs of ``plan.length`` tokens each."""
 
     def request(name: str, beam: int, batch: int) -> dict[str, Any] | None:
-        if batch == 1 and not name.endswith("1×1"):
+        if batch == 1 and " 1×1" not in name:
             return None  # two cores on a single sentence: not a use of two cores anyone makes
-        n = plan.sentences if batch == 1 else plan.batch_sentences
+        n = plan.sentences if batch == 1 else max(plan.batch_sentences, batch)
         return {"sentences": src[:n], "beam": beam, "batch": batch, "length": plan.length}
 
-    setups = setups_of(FRAMINGS)
+    setups = setups_of(framings)
     with tempfile.TemporaryDirectory() as tmp:
         base = base_folder(folder, Path(tmp) / "base", preset)
-        measured, ready = measure_rounds(base.path, setups, plan.rounds, CONFIGS, request)
+        measured, ready = measure_rounds(base.path, setups, plan.rounds, configs, request)
     check_lengths(measured, plan.length)
     rows = [
         BaseRow(name, search_name(beam), batch, statistics.median(r["tokens"] / r["seconds"] for r in runs))
@@ -147,10 +154,11 @@ def run_base_bench(
             ready[s.label]["loaded_mb"],
             ready[s.label]["load_peak_mb"],
             max(run["peak_rss_mb"] for (name, _, _), runs in measured.items() if name == s.label for run in runs),
+            max(run["gpu_mb"] for (name, _, _), runs in measured.items() if name == s.label for run in runs),
         )
         for s in setups
     ]
-    return BaseResult(base.config, plan, rows, ratios(measured, FRAMINGS, CONFIGS), footprints)
+    return BaseResult(base.config, plan, rows, ratios(measured, framings, configs), footprints, framings)
 
 
 def check_lengths(measured: Measured, length: int) -> None:
@@ -161,11 +169,11 @@ def check_lengths(measured: Measured, length: int) -> None:
             raise RuntimeError(f"{name}, {search_name(beam)}, batch {batch}: output lengths {lengths}, not {length}")
 
 
-def memory_ratios(footprints: list[Footprint]) -> list[str]:
+def memory_ratios(footprints: list[Footprint], framings: tuple[Framing, ...]) -> list[str]:
     """Each comparison of each framing: the row against its peer (the peer's setup with the least memory there)."""
     by_label = {f.engine: f for f in footprints}
     lines = []
-    for framing in FRAMINGS:
+    for framing in framings:
         for ours_label, peer_labels in framing.comparisons:
             ours = by_label[ours_label]
             peer = min((by_label[p] for p in peer_labels), key=lambda f: f.loaded_mb)
@@ -173,6 +181,7 @@ def memory_ratios(footprints: list[Footprint]) -> list[str]:
                 f"- {framing.name}: {ours.engine} / {peer.engine}: loaded {ours.loaded_mb / peer.loaded_mb:.2f}×, "
                 f"peak while loading {ours.load_peak_mb / peer.load_peak_mb:.2f}×, "
                 f"peak over the run {ours.peak_mb / peer.peak_mb:.2f}×"
+                + (f", GPU {ours.gpu_mb / peer.gpu_mb:.2f}×" if peer.gpu_mb else "")
             )
     return lines
 
@@ -185,10 +194,11 @@ def base_report(result: BaseResult) -> str:
     )
     table = ["| engine, lanes×threads | search | batch | tokens/s |", "|---|---|---|---|"]
     table += [f"| {r.engine} | {r.search} | {r.batch} | {r.tokens_per_s:.0f} |" for r in result.rows]
-    memory = ["| engine, lanes×threads | RSS loaded MiB | peak while loading MiB | peak over the run MiB |"]
-    memory += ["|---|---|---|---|"]
+    memory = ["| engine, lanes×threads | RSS loaded MiB | peak while loading MiB | peak over the run MiB | GPU MiB |"]
+    memory += ["|---|---|---|---|---|"]
     memory += [
-        f"| {f.engine} | {f.loaded_mb:.0f} | {f.load_peak_mb:.0f} | {f.peak_mb:.0f} |" for f in result.footprints
+        f"| {f.engine} | {f.loaded_mb:.0f} | {f.load_peak_mb:.0f} | {f.peak_mb:.0f} | {f.gpu_mb:.0f} |"
+        for f in result.footprints
     ]
     return (
         f"Base size ({size}; random weights, every output {plan.length} tokens; {plan.rounds} interleaved rounds):\n"
@@ -198,7 +208,7 @@ def base_report(result: BaseResult) -> str:
         + "\n\nResident memory:\n"
         + "\n".join(memory)
         + "\n\nMemory ratios (row / its peer):\n"
-        + "\n".join(memory_ratios(result.footprints))
+        + "\n".join(memory_ratios(result.footprints, result.framings))
     )
 
 

@@ -34,7 +34,7 @@ ENGINES = (
     f"{ONNX} int8",
     f"{ONNX} w8",  # the weight-only blocks (CPU)
     f"{ONNX} w4",
-    f"{ONNX} fp16",  # on a GPU: the contract's fp16 graphs
+    f"{ONNX} fp16",  # on a GPU: the serving graphs in fp16
     "ctranslate2 fp32",
     "ctranslate2 int8",
     "ctranslate2 fp16",
@@ -102,8 +102,9 @@ TWO_CORES = Framing(
     ),
 )
 FRAMINGS = (ONE_THREAD, TWO_CORES)
-# `aiayn bench --device cuda`: ONNX Runtime's CUDA provider (the contract's graphs, the state kept on the device)
-# against CTranslate2 on the same GPU, fp32 and fp16, one stream each.
+CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
+# `aiayn bench --device cuda`: ours on ONNX Runtime's CUDA provider (the serving graphs for CUDA, the state on the
+# device: ``engines/onnx/resident.py``) against CTranslate2 on the same GPU, fp32 and fp16, one stream each.
 ON_CUDA = Framing(
     "CUDA",
     tuple(
@@ -114,6 +115,7 @@ ON_CUDA = Framing(
         (f"{ONNX} fp16 1×1 cuda", ("ctranslate2 fp16 1×1 cuda",)),
     ),
 )
+CUDA_CONFIGS = ((1, 1), (1, 32), (1, 128), (4, 32), (4, 128))  # a GPU is for large batches too
 
 
 def prepare(folder: ModelFolder, workdir: Path, variants: tuple[str, ...] = ("fp32",)) -> ModelFolder:

@@ -25,6 +25,23 @@ def status_mb(field: str, pid: int | str = "self") -> float:
     raise RuntimeError(f"no {field} for process {pid}")
 
 
+def gpu_mb(pid: int | None = None) -> float:
+    """The GPU memory a process holds (this one by default), in MiB, as ``nvidia-smi`` reports it; 0 without one.
+    ONNX Runtime's and CTranslate2's allocators keep what they took, so after a run it is that run's peak."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        listing = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0.0
+    used = [float(mb) for line in listing.splitlines() for owner, mb in [line.split(",")] if int(owner) == pid]
+    return sum(used)
+
+
 class Worker:
     """``python -m MODULE ARGS...``: says ``{"ready": true}`` once loaded (or false, and why), then answers requests."""
 

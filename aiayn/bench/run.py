@@ -24,14 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from aiayn.bench.engines import FRAMINGS, NO_CACHE, THREADS, Framing, Setup, prepare
+from aiayn.bench.engines import CONFIGS, FRAMINGS, NO_CACHE, THREADS, Framing, Setup, prepare
 from aiayn.bench.process import Worker
 from aiayn.bench.serving import BEAM as SERVING_BEAM
 from aiayn.bench.serving import ServingRound, measure_serving
 from aiayn.core.folder import ModelFolder
 from aiayn.evaluation.metrics import score
 
-CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
 SERVING_SENTENCES = 16
 
 
@@ -191,24 +190,30 @@ def measure_rounds(
 
 
 def run_bench(
-    folder: ModelFolder, src: list[str], refs: list[str], plan: Plan = FULL, framings: tuple[Framing, ...] = FRAMINGS
+    folder: ModelFolder,
+    src: list[str],
+    refs: list[str],
+    plan: Plan = FULL,
+    framings: tuple[Framing, ...] = FRAMINGS,
+    configs: tuple[tuple[int, int], ...] = CONFIGS,
 ) -> BenchResult:
-    """Every setup of every framing in its own process, taking turns round by round; the serving row after."""
+    """Every setup of every framing in its own process, taking turns round by round, in each (beam, batch) of
+    ``configs``; the serving row after."""
     setups = setups_of(framings)
 
     def request(name: str, beam: int, batch: int) -> dict[str, Any]:
-        n = plan.tutorial_sentences if name.startswith(NO_CACHE) else plan.sentences
+        n = plan.tutorial_sentences if name.startswith(NO_CACHE) else max(plan.sentences, batch)
         return {"sentences": src[:n], "beam": beam, "batch": batch}
 
     with tempfile.TemporaryDirectory() as tmp:
         gpu = any(s.device == "cuda" for s in setups)
         copy = prepare(folder, Path(tmp) / "model", ("fp32", "fp16") if gpu else ("fp32",))
-        measured, _ = measure_rounds(copy.path, setups, plan.rounds, CONFIGS, request)
+        measured, _ = measure_rounds(copy.path, setups, plan.rounds, configs, request)
         serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds)
     rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]
     order = {setup.label: i for i, setup in enumerate(setups)}
     rows.sort(key=lambda r: (order[r.engine], r.search, r.batch))
-    return BenchResult(rows, ratios(measured, framings, CONFIGS), serving_summary(serving), plan.rounds)
+    return BenchResult(rows, ratios(measured, framings, configs), serving_summary(serving), plan.rounds)
 
 
 def format_table(rows: list[Row]) -> str:

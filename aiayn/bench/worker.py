@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from aiayn.bench.engines import BenchEngine, Setup, make_engine
-from aiayn.bench.process import answer, requests, status_mb
+from aiayn.bench.process import answer, gpu_mb, requests, status_mb
 from aiayn.core.folder import ModelFolder
 from aiayn.serve.memory import return_freed_memory
 
@@ -19,10 +19,17 @@ class Measurement:
     latencies_ms: list[float]  # per sentence, at batch 1
     outputs: list[list[int]]
     peak_rss_mb: float
+    gpu_mb: float  # on a GPU: the memory it holds there after the pass; else 0
 
 
 def measure(
-    engine: BenchEngine, sentences: list[str], beam: int, batch: int, lanes: int, length: int | None = None
+    engine: BenchEngine,
+    sentences: list[str],
+    beam: int,
+    batch: int,
+    lanes: int,
+    length: int | None = None,
+    on_gpu: bool = False,
 ) -> Measurement:
     """One timed pass over ``sentences``: one at a time at batch 1 in one lane (with each latency), else all at
     once in batches of ``batch`` (several lanes take them side by side); every output ``length`` tokens if given.
@@ -38,7 +45,8 @@ def measure(
     else:
         outputs = engine.translate(sources, beam, batch, length)
     seconds = time.perf_counter() - started
-    return Measurement(seconds, sum(len(o) + 1 for o in outputs), latencies, outputs, status_mb("VmHWM"))
+    gpu = gpu_mb() if on_gpu else 0.0
+    return Measurement(seconds, sum(len(o) + 1 for o in outputs), latencies, outputs, status_mb("VmHWM"), gpu)
 
 
 def main() -> None:
@@ -55,7 +63,8 @@ def main() -> None:
         if (beam, batch) not in warmed:  # the first pass of a shape pays for allocations: not timed
             engine.translate(engine.prepare(request["sentences"][:4]), beam, batch, length)
             warmed.add((beam, batch))
-        answer(asdict(measure(engine, request["sentences"], beam, batch, setup.lanes, length)))
+        on_gpu = setup.device == "cuda"
+        answer(asdict(measure(engine, request["sentences"], beam, batch, setup.lanes, length, on_gpu)))
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
         corpus = load_split_for(folder, "train", args.data)
         print(train_report(run_train_bench(folder, corpus, QUICK if args.quick else FULL), json_path))
         return
-    from aiayn.bench.engines import FRAMINGS, ON_CUDA
+    from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_json, base_report, run_base_bench
+    from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA
     from aiayn.bench.run import FULL, QUICK, report, run_bench
 
     if args.device == "cuda":
@@ -81,13 +82,13 @@ def cmd_bench(args: argparse.Namespace) -> None:
                 f"--device cuda: ONNX Runtime cannot run on a GPU here ({reason}); bench on a machine with one"
             )
     corpus = load_split_for(folder, "test_2016_flickr", args.data)
-    if args.device == "cuda":
-        print(report(run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL, (ON_CUDA,)), json_path))
-        return
-    from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_json, base_report, run_base_bench
-
-    result = run_bench(folder, corpus.src, corpus.tgt, QUICK if args.quick else FULL, FRAMINGS)
-    base = run_base_bench(folder, corpus.src, BASE_QUICK if args.quick else BASE_FULL)
+    plan, base_plan = (QUICK, BASE_QUICK) if args.quick else (FULL, BASE_FULL)
+    if args.device == "cuda":  # the bundled model and the base size, greedy and beam 4 up to batches of 128
+        result = run_bench(folder, corpus.src, corpus.tgt, plan, (ON_CUDA,), CUDA_CONFIGS)
+        base = run_base_bench(folder, corpus.src, base_plan, framings=(ON_CUDA,), configs=CUDA_CONFIGS)
+    else:
+        result = run_bench(folder, corpus.src, corpus.tgt, plan, FRAMINGS)
+        base = run_base_bench(folder, corpus.src, base_plan)
     print(report(result, json_path, base_json(base)))
     print(f"\n{base_report(base)}")
 
@@ -147,8 +148,9 @@ def add_bench(sub: Any) -> None:
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="cpu: every engine in both framings (1 thread each; each at its best on 2 cores); cuda: ONNX Runtime's "
-        "CUDA provider against CTranslate2 on the GPU, fp32 and fp16",
+        help="cpu: every engine in both framings (1 thread each; each at its best on 2 cores); cuda: our serving "
+        "engine on the GPU against CTranslate2 there, fp32 and fp16, the bundled model and the base size (with each "
+        "engine's GPU memory)",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)

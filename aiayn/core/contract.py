@@ -88,20 +88,20 @@ def kv_names(config: ModelConfig, prefix: str) -> list[str]:
     return [f"{prefix}_{kind}.{layer}" for layer, kind in kv_slots(config)]
 
 
-def cross_kv_specs(config: ModelConfig, batch_axis: str = "batch") -> tuple[TensorSpec, ...]:
+def cross_kv_specs(config: ModelConfig, batch_axis: str = "batch", dtype: str = "float32") -> tuple[TensorSpec, ...]:
     shape = (batch_axis, config.n_heads, "src_len", config.d_head)
     return tuple(
-        TensorSpec(name, "float32", shape, f"decoder layer {layer}'s cross-attention {kind}s")
+        TensorSpec(name, dtype, shape, f"decoder layer {layer}'s cross-attention {kind}s")
         for name, (layer, kind) in zip(kv_names(config, "cross"), kv_slots(config), strict=True)
     )
 
 
 def self_kv_specs(
-    config: ModelConfig, prefix: str, length_axis: str, meaning: str, batch_axis: str = "batch"
+    config: ModelConfig, prefix: str, length_axis: str, meaning: str, batch_axis: str = "batch", dtype: str = "float32"
 ) -> tuple[TensorSpec, ...]:
     shape = (batch_axis, config.n_heads, length_axis, config.d_head)
     return tuple(
-        TensorSpec(name, "float32", shape, f"decoder layer {layer}'s self-attention {kind}s, {meaning}")
+        TensorSpec(name, dtype, shape, f"decoder layer {layer}'s self-attention {kind}s, {meaning}")
         for name, (layer, kind) in zip(kv_names(config, prefix), kv_slots(config), strict=True)
     )
 

@@ -6,9 +6,18 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import BLOCK_VARIANTS, ENGINES, ONNX, ONNX_SERVING, TORCH, VARIANTS, Engine, default_cores
+from aiayn.engines import (
+    BLOCK_VARIANTS,
+    ENGINES,
+    ONNX,
+    ONNX_PORTABLE,
+    ONNX_SERVING,
+    TORCH,
+    VARIANTS,
+    Engine,
+    default_cores,
+)
 from aiayn.search.translator import Translator
 
 FUSED_VARIANTS = ("fp32", *BLOCK_VARIANTS, "int8")  # the serving graphs' variants
@@ -27,8 +36,10 @@ def load_engine(
     folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", cores: int | None = None
 ) -> Engine[Any]:
     """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (``variant``: one of
-    ``VARIANTS``) or PyTorch (fp32). "onnx" is the fastest ONNX Runtime engine for the device: the contract's graphs
-    on a GPU, the serving graphs built from the weights on a CPU; w8 and w4 are serving graphs only, so CPU only.
+    ``VARIANTS``) or PyTorch (fp32). "onnx" is the serving engine, built from the weights for the device: on a CPU
+    (fp32, w8, w4, int8; ``onnx/fused.py``) or on a GPU with its state on the device (fp32, fp16;
+    ``onnx/resident.py``); the variants it has no graphs for on that device (int8 on a GPU, fp16 on a CPU) run the
+    exported contract graphs.
 
     ``cores`` (default: the machine's, at most ``MAX_CORES``): on a CPU, ONNX Runtime runs that many lanes of one
     intra-op thread each, over one copy of the weights. Its ops are too small at this model's size for a second
@@ -59,24 +70,22 @@ def load_engine(
         return TorchEngine(load_model(folder), torch_device(device))
     from aiayn.engines.onnx.engine import PortableOnnxEngine
     from aiayn.engines.onnx.fused import ServingOnnxEngine
+    from aiayn.engines.onnx.resident import RESIDENT_VARIANTS, ResidentServingEngine
     from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
-    if engine == ONNX_SERVING:
-        if device == "cuda" or variant not in FUSED_VARIANTS:
-            raise ValueError(
-                f"the {ONNX_SERVING} engine runs {', '.join(FUSED_VARIANTS)} on the CPU; use --engine onnx for a GPU"
-            )
-        return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
-    fused = engine == ONNX and variant in FUSED_VARIANTS
-    # The serving graphs are built from the weights, so a folder fresh from `aiayn train` translates at once on
-    # the CPU; only a GPU needs the exported graphs, which such a folder does not have yet (nor the w8/w4 blocks).
-    exported = all(folder.onnx_file(graph).is_file() for graph in (ENCODER_FILE, DECODER_FILE))
-    on_cpu = variant in BLOCK_VARIANTS or (device == "auto" and not exported)
-    device = "cpu" if fused and on_cpu else resolve_device(device)
-    if fused and device == "cpu":
-        return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
-    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
+    device = "cpu" if variant in BLOCK_VARIANTS else resolve_device(device)
+    serving = {"cpu": FUSED_VARIANTS, "cuda": RESIDENT_VARIANTS}[device]
+    if engine == ONNX_SERVING and variant not in serving:
+        raise ValueError(
+            f"the {ONNX_SERVING} engine runs {', '.join(FUSED_VARIANTS)} on a CPU and {', '.join(RESIDENT_VARIANTS)} "
+            f"on a GPU; use --engine {ONNX_PORTABLE} for --variant {variant} there"
+        )
+    if engine == ONNX_PORTABLE or variant not in serving:
+        return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
+    if device == "cuda":
+        return ResidentServingEngine.load(folder, "cuda", variant, lanes)
+    return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

@@ -126,7 +126,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(bundled: dict[str, Path], capsys: p
     code, _, err = run_cli(["translate", "--device", "cuda", "A dog."], capsys)
     if code == 0:
         pytest.skip("a GPU runs ONNX Runtime here")
-    assert code == 2 and "--device cuda: ONNX Runtime cannot run encoder.onnx on a GPU here" in err
+    assert code == 2 and "--device cuda: ONNX Runtime cannot run serving_encoder.onnx on a GPU here" in err
     assert "Traceback" not in err and "[E:onnxruntime" not in err
 
 

@@ -1,4 +1,5 @@
-"""The fast CPU engine (serving graphs built from the weights) against the contract's graphs and PyTorch.
+"""The serving engines (graphs built from the weights) against the contract's graphs and PyTorch: the CPU engine,
+and the device-resident engine with the CUDA graphs run on the CPU provider (``resident.py``).
 
 Every step of greedy-like and beam-like plans (steps, beams reordered within their sentences, sentences
 leaving, blocks reordered, rows repeated across sentences) must give the same k best tokens and
@@ -26,6 +27,7 @@ from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.fused import ServingOnnxEngine
+from aiayn.engines.onnx.resident import ResidentServingEngine
 from aiayn.engines.onnx.serving_graphs import ExternalWeights, GraphBuilder, two_stage_top_k
 from aiayn.engines.onnx.serving_spec import serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import check_built_graph, graph_problems
@@ -33,7 +35,7 @@ from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
 TOLERANCE = 1e-4
-Engines = tuple[PortableOnnxEngine, ServingOnnxEngine]
+Engines = tuple[PortableOnnxEngine, ServingOnnxEngine | ResidentServingEngine]
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +43,11 @@ def model_dir(bundled: dict[str, Path]) -> Path:
     return bundled["en-de"]
 
 
-@pytest.fixture(scope="module")
-def engines(model_dir: Path) -> Engines:
-    return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingOnnxEngine.load(model_dir, threads=1)
+@pytest.fixture(scope="module", params=["cpu graphs", "cuda graphs on the cpu provider"])
+def engines(model_dir: Path, request: pytest.FixtureRequest) -> Engines:
+    if request.param == "cpu graphs":
+        return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingOnnxEngine.load(model_dir, threads=1)
+    return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ResidentServingEngine.load(model_dir, "cpu")
 
 
 def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> np.ndarray:
@@ -55,7 +59,9 @@ def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> 
     return src
 
 
-def compare(ref: Any, ours: ServingOnnxEngine, src: np.ndarray, plan: list[str], seed: int) -> None:
+def compare(
+    ref: Any, ours: ServingOnnxEngine | ResidentServingEngine, src: np.ndarray, plan: list[str], seed: int
+) -> None:
     """Drive both engines through ``plan`` (steps and selections of several kinds) and compare every step."""
     rng = np.random.default_rng(seed)
     a, b = ref.start(src), ours.start(src)
@@ -129,7 +135,7 @@ def test_whole_distribution(engines: Engines) -> None:
 def test_the_built_graphs_follow_their_declarations(engines: Engines) -> None:
     """The builder and the binding read one declaration (``core/contract.py``); the engine checks it on load."""
     _, ours = engines
-    encoder, decoder = serving_encoder_spec(ours.config), serving_decoder_spec(ours.config)
+    encoder, decoder = serving_encoder_spec(ours.config, ours.ops), serving_decoder_spec(ours.config, ours.ops)
     for session, spec in ((ours.encoder, encoder), (ours.decoder, decoder)):
         assert graph_problems(session, spec) == []
     renamed = replace(encoder, outputs=(replace(encoder.outputs[0], name="memory"),))

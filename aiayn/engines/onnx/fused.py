@@ -44,6 +44,7 @@ from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
+from aiayn.engines.onnx.serving_spec import CPU_OPS
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
@@ -111,6 +112,7 @@ class ServingOnnxEngine:
     """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
 
     name = ONNX_SERVING
+    ops = CPU_OPS  # the weight-only and int8 variants are CPU graphs with other weights
 
     def __init__(
         self,

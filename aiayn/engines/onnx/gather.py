@@ -1,7 +1,7 @@
 """Row selection on the device: the beam's reordering of the KV cache without a trip through host memory.
 
 ONNX Runtime's Python API has no indexing of device tensors (OrtValues), so
-``select`` runs a tiny ONNX graph of Gather nodes (axis 0) on the same execution
+``select`` runs a tiny ONNX graph of Gather nodes (along the rows' axis) on the same execution
 provider as the decoder, written with ``onnx.helper`` as every graph built at load time.
 """
 
@@ -26,10 +26,11 @@ def tensor_info(name: str, dtype: str, shape: Sequence[str | int]) -> onnx.Value
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))
 
 
-def gather_model(tensors: Sequence[tuple[str, int]]) -> bytes:
-    """A serialized ModelProto: inputs ``data_i`` (dtype, rank) and ``rows`` (int64), ``out_i = data_i[rows]``."""
+def gather_model(tensors: Sequence[tuple[str, int]], axis: int = 0) -> bytes:
+    """A serialized ModelProto: inputs ``data_i`` (dtype, rank) and ``rows`` (int64), ``out_i`` = ``data_i``'s
+    ``rows`` along ``axis``."""
     nodes = [
-        helper.make_node("Gather", [f"data_{i}", INDICES], [f"out_{i}"], f"gather_data_{i}")
+        helper.make_node("Gather", [f"data_{i}", INDICES], [f"out_{i}"], f"gather_data_{i}", axis=axis)
         for i in range(len(tensors))
     ]
     inputs = [tensor_info(f"data_{i}", dtype, symbolic(f"data_{i}", rank)) for i, (dtype, rank) in enumerate(tensors)]

@@ -54,7 +54,7 @@ class BoundIO:
         self.encoder, self.decoder = encoder, decoder
         self.provider, self.threads = provider, threads
         self.device = "cuda" if provider == CUDA else "cpu"  # OrtValue device type
-        self.gathers: dict[tuple[tuple[str, int], ...], ort.InferenceSession] = {}
+        self.gathers: dict[tuple[int, tuple[tuple[str, int], ...]], ort.InferenceSession] = {}
 
     def encode(self, feeds: Feeds, outputs: list[str], src_mask: np.ndarray) -> tuple[Any, list[Any]]:
         binding = self.encoder.io_binding()
@@ -79,12 +79,14 @@ class BoundIO:
         values = binding.get_outputs()
         return [v.numpy() for v in values[: len(host_outputs)]], values[len(host_outputs) :]
 
-    def take(self, values: Sequence[ort.OrtValue], rows: np.ndarray) -> list[ort.OrtValue]:
-        """``value[rows]`` for each of ``values``, on the device, by one Gather graph for their dtypes and ranks."""
+    def take(self, values: Sequence[ort.OrtValue], rows: np.ndarray, axis: int = 0) -> list[ort.OrtValue]:
+        """``rows`` along ``axis`` of each of ``values``, on the device, by one Gather graph for their dtypes and
+        ranks."""
         signature = tuple((DTYPE_OF_ORT_TYPE[v.data_type()], len(v.shape())) for v in values)
-        if signature not in self.gathers:
-            self.gathers[signature] = open_session(gather_model(signature), [self.provider], self.threads)
-        session = self.gathers[signature]
+        if (axis, signature) not in self.gathers:
+            model = gather_model(signature, axis)
+            self.gathers[axis, signature] = open_session(model, [self.provider], self.threads)
+        session = self.gathers[axis, signature]
         binding = session.io_binding()
         for i, value in enumerate(values):
             binding.bind_ortvalue_input(f"data_{i}", value)

@@ -1,4 +1,4 @@
-"""Serving graphs for ONNX Runtime on CPU, built from the weights with ``onnx.helper`` (no torch).
+"""Serving graphs for ONNX Runtime on a CPU or a GPU, built from the weights with ``onnx.helper`` (no torch).
 
 The same model as ``aiayn.model.transformer`` (§3: pre-LN or post-LN stacks, §3.2.2
 multi-head attention, §3.4 tied embeddings scaled by √d_model, §3.5 sinusoidal
@@ -10,9 +10,10 @@ step is a few dozen kernels instead of a few hundred:
 - every token is one row: activations are 2-D (rows, d_model), so ONNX Runtime
   fuses MatMul + Add into Gemm and Gemm + Relu into FusedGemm (``activate``: the other
   activations);
-- decoder self-attention is ``GroupQueryAttention`` on a preallocated key/value
-  buffer (rows, heads, capacity, d_head): the engine binds the same buffer as
-  ``cache_*`` and ``present_*``, so the new key/value is written in place (no concat);
+- decoder self-attention works on a preallocated key/value buffer (rows, heads, capacity, d_head): the
+  engine binds the same buffer as ``cache_*`` and ``present_*``, so the new key/value is written in place
+  (no concat). The kernel is the device's (``serving_spec.SERVING_OPS``): ``GroupQueryAttention`` on a CPU,
+  ``DecoderMaskedMultiHeadAttention`` on CUDA (GroupQueryAttention's CUDA kernel is fp16-only);
 - cross-attention is ``MultiHeadAttention`` over the encoder's per-layer keys/values
   in BNSH layout (sentences, heads, src_len, d_head), computed once by the encoder.
   The rows of one sentence (its beams) are that sentence's query *sequence*, so the
@@ -20,8 +21,10 @@ step is a few dozen kernels instead of a few hundred:
 - the encoder is one graph with the ``Attention`` op (QKV projection inside) and outputs
   every decoder layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
 
-Their inputs and outputs are declared beside them in ``serving_spec.py`` (``serving_encoder_spec``,
-``serving_decoder_spec``), which the engine (``fused.py``) binds by.
+Their ops and their inputs and outputs are declared beside them in ``serving_spec.py`` (``ServingOps``,
+``serving_encoder_spec``, ``serving_decoder_spec``), which the engines (``fused.py``, ``resident.py``) bind by.
+The fp16 graphs (CUDA) hold every weight and activation in fp16 and take the log-softmax in fp32; their output
+projection is padded to a multiple of 8 columns (tensor cores), the padding sliced off before the softmax.
 
 The ids a config never generates are no business of the graphs: the search leaves them out
 (``aiayn.search.step.allowed_top``), as it does for every engine.
@@ -87,12 +90,19 @@ from aiayn.core.weight_spec import (
 )
 from aiayn.engines.onnx.block_quant import BlockScheme, quantize_gather, quantize_matmul
 from aiayn.engines.onnx.serving_spec import (
+    BEAM_WIDTH,
+    CACHE_INDIRECTION,
+    CPU_OPS,
     CROSS_KV,
+    DMMHA,
+    GQA,
     GROUP_SHAPE,
+    PAST_LEN,
     SEQLENS_K,
     SERVING_DECODER,
     SERVING_ENCODER,
     TOTAL_LEN,
+    ServingOps,
     serving_decoder_spec,
     serving_encoder_spec,
 )
@@ -147,14 +157,19 @@ class ExternalWeights:
 
 class GraphBuilder:
     """Nodes, initializers and unique names for one graph; its large constants go to ``external``; its weight
-    matrices are fp32, or block-quantized by ``scheme``."""
+    matrices are ``dtype`` (float constants all are), or block-quantized by ``scheme``."""
 
     def __init__(
-        self, weights: Mapping[str, np.ndarray], external: ExternalWeights, scheme: BlockScheme | None = None
+        self,
+        weights: Mapping[str, np.ndarray],
+        external: ExternalWeights,
+        scheme: BlockScheme | None = None,
+        dtype: str = "float32",
     ) -> None:
         self.weights = weights
         self.external = external
         self.scheme = scheme
+        self.dtype = np.dtype(dtype)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.counter = 0
@@ -164,7 +179,7 @@ class GraphBuilder:
         return f"{hint}_{self.counter}"
 
     def const(self, name: str, value: np.ndarray) -> str:
-        value = np.ascontiguousarray(value)
+        value = np.ascontiguousarray(value if value.dtype != np.float32 else value.astype(self.dtype, copy=False))
         if value.nbytes >= EXTERNAL_MIN_BYTES:
             self.initializers.append(self.external.reference(name, value))
         else:  # shapes and scalars stay inline: ONNX Runtime's shape inference reads them
@@ -320,11 +335,15 @@ def two_stage_top_k(g: GraphBuilder, scores: str, k: str, block: int, vocab: int
 
 
 def build_encoder(
-    config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights, scheme: BlockScheme | None = None
+    config: ModelConfig,
+    weights: Mapping[str, np.ndarray],
+    external: ExternalWeights,
+    scheme: BlockScheme | None = None,
+    ops: ServingOps = CPU_OPS,
 ) -> bytes:
     """src_ids (batch, src_len) int64 and src_mask (batch, src_len) int32 →
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
-    g = GraphBuilder(weights, external, scheme)
+    g = GraphBuilder(weights, external, scheme, ops.dtype)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
     table = g.positions(config)
     shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
@@ -373,40 +392,77 @@ def build_encoder(
     kv_shape = g.op1("Concat", [shape, g.const("kv_tail", np.array([2 * n_dec, heads, d_head]))], "kv_shape", axis=0)
     kv = g.op1("Reshape", [kv, kv_shape], "kv5")  # (batch, src_len, 2 · layers, heads, d_head)
     g.nodes.append(helper.make_node("Transpose", [kv], [CROSS_KV], name="cross_kv_bnsh", perm=[2, 0, 3, 1, 4]))
-    return g.model(serving_encoder_spec(config))
+    return g.model(serving_encoder_spec(config, ops))
+
+
+def group_query_attention(g: GraphBuilder, qkv: str, cache: list[str], present: list[str], heads: int) -> str:
+    """GroupQueryAttention over packed (rows, 1, 3d) Q, K, V at each row's ``seqlens_k``: (rows, 1, d)."""
+    out = g.op1(
+        "GroupQueryAttention",
+        [qkv, "", "", *cache, SEQLENS_K, TOTAL_LEN],
+        "gqa",
+        MS_DOMAIN,
+        num_heads=heads,
+        kv_num_heads=heads,
+    )
+    g.nodes[-1].output.extend(present)  # the cache buffers, bound again: in place
+    return out
+
+
+def decoder_masked_attention(g: GraphBuilder, qkv: str, cache: list[str], present: list[str], heads: int) -> str:
+    """DecoderMaskedMultiHeadAttention over (rows, 1, 3d) split into Q, K, V after ``past_len`` tokens: (rows, 1, d).
+    The cache is shared between past and present (``past_present_share_buffer``): the new key/value lands at
+    ``past_len`` in place, in the row's own slot; a beam reads its earlier positions from the rows of its sentence
+    that ``cache_indirection`` names, so that the beam's reordering moves no cache."""
+    q, k, v = g.op("Split", [qkv], "split", 3, axis=-1, num_outputs=3)
+    out = g.op1(
+        "DecoderMaskedMultiHeadAttention",
+        [q, k, v, "", "", *cache, PAST_LEN, BEAM_WIDTH, CACHE_INDIRECTION],
+        "dmmha",
+        MS_DOMAIN,
+        num_heads=heads,
+        past_present_share_buffer=1,
+    )
+    g.nodes[-1].output.extend(present)
+    return out
+
+
+SELF_ATTENTION = {GQA: group_query_attention, DMMHA: decoder_masked_attention}
+
+
+def padded_columns(w: np.ndarray, multiple: int) -> np.ndarray:
+    """``w`` (in, out) with zero columns up to a multiple of ``multiple``."""
+    return np.pad(w, ((0, 0), (0, -w.shape[1] % multiple)))
 
 
 def build_decoder(
-    config: ModelConfig, weights: Mapping[str, np.ndarray], external: ExternalWeights, scheme: BlockScheme | None = None
+    config: ModelConfig,
+    weights: Mapping[str, np.ndarray],
+    external: ExternalWeights,
+    scheme: BlockScheme | None = None,
+    ops: ServingOps = CPU_OPS,
 ) -> bytes:
-    """One new token per row after ``seqlens_k`` cached ones → its ``k`` best next tokens (log-softmax, then TopK
-    over the best blocks of the vocabulary, ``two_stage_top_k``, where the vocabulary divides into blocks).
+    """One new token per row after the cached ones → its ``k`` best next tokens (log-softmax, then TopK over the
+    best blocks of the vocabulary, ``two_stage_top_k``, where the vocabulary divides into blocks).
 
     The cache buffers ``cache_*`` (rows, heads, capacity, d_head) come back as ``present_*`` of the same
-    shape: bind one buffer to both and GroupQueryAttention appends in place. Rows are grouped by sentence
-    (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and ``src_mask``.
+    shape: bind one buffer to both and the self-attention kernel (``ops.self_attention``) appends in place. Rows
+    are grouped by sentence (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and
+    ``src_mask``.
     """
-    g = GraphBuilder(weights, external, scheme)
-    d, heads = config.d_model, config.n_heads
+    g = GraphBuilder(weights, external, scheme, ops.dtype)
+    d, heads, vocab = config.d_model, config.n_heads, config.vocab_size
     tokens = g.embed(config, TGT_IDS)  # (rows, d)
     positions = g.op1("Gather", [g.positions(config), SEQLENS_K], "pos")  # (rows, d)
     rows_d = g.const("rows_d", np.array([-1, d]))
     rows_1_3d = g.const("rows_1_3d", np.array([-1, 1, 3 * d]))
     cross, cache, present = (kv_names(config, prefix) for prefix in ("cross", "cache", "present"))
+    attend = SELF_ATTENTION[ops.self_attention]
 
     def self_attention(h: str, prefix: str, i: int) -> str:
         qkv = g.linear(h, [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"], "qkv")  # (rows, 3d)
         qkv = g.op1("Reshape", [qkv, rows_1_3d], "qkv3")  # (rows, 1, 3d): packed Q, K, V
-        out, *_ = g.op(
-            "GroupQueryAttention",
-            [qkv, "", "", cache[2 * i], cache[2 * i + 1], SEQLENS_K, TOTAL_LEN],
-            "gqa",
-            1,
-            MS_DOMAIN,
-            num_heads=heads,
-            kv_num_heads=heads,
-        )
-        g.nodes[-1].output.extend(present[2 * i : 2 * i + 2])  # the cache buffers, bound again: in place
+        out = attend(g, qkv, cache[2 * i : 2 * i + 2], present[2 * i : 2 * i + 2], heads)
         return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     def cross_attention(h: str, prefix: str, i: int) -> str:
@@ -430,15 +486,21 @@ def build_decoder(
         sublayers.append((norm(feed_forward), partial(feed_forward_of, prefix=feed_forward)))
     x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, DECODER_NORM, config)  # (rows, d)
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), transposed (d, vocab).
-    logits = g.matmul(x, np.ascontiguousarray(g.weight(EMBEDDING).T), "logits")  # (rows, vocab)
+    projection = padded_columns(g.weight(EMBEDDING).T, ops.logits_multiple)  # (d, padded vocab)
+    logits = g.matmul(x, np.ascontiguousarray(projection), "logits")  # (rows, padded vocab)
+    if projection.shape[1] != vocab:
+        ends = [g.const(name, np.array([n])) for name, n in (("vocab_from", 0), ("vocab_to", vocab), ("cols", 1))]
+        logits = g.op1("Slice", [logits, *ends], "logits")  # (rows, vocab)
     if config.logits_bias:  # Marian's final_logits_bias; ORT fuses the Add into the MatMul's Gemm
         logits = g.op1("Add", [logits, g.const("logits_bias", g.weight(LOGITS_BIAS))], "biased")
+    if g.dtype != np.float32:  # the softmax's sum and the scores the search adds up stay fp32
+        logits = g.op1("Cast", [logits], "logits32", to=onnx.TensorProto.FLOAT)
     log_probs = g.op1("LogSoftmax", [logits], "log_probs", axis=-1)
-    if block := block_size(config.vocab_size):
-        two_stage_top_k(g, log_probs, TOP_K, block, config.vocab_size, [TOP_LOG_PROBS, TOP_IDS])
+    if block := block_size(vocab):
+        two_stage_top_k(g, log_probs, TOP_K, block, vocab, [TOP_LOG_PROBS, TOP_IDS])
     else:
         g.nodes.append(helper.make_node("TopK", [log_probs, TOP_K], [TOP_LOG_PROBS, TOP_IDS], name="top_k", axis=-1))
-    return g.model(serving_decoder_spec(config))
+    return g.model(serving_decoder_spec(config, ops))
 
 
 @contextmanager
@@ -461,15 +523,16 @@ def build_serving_graphs(
     directory: Path,
     source: str = "the weights",
     scheme: BlockScheme | None = None,
+    ops: ServingOps = CPU_OPS,
 ) -> tuple[Path, Path]:
-    """The encoder and decoder graphs for ``config`` and its weights (any float dtype; fp32 inside, or
-    block-quantized by ``scheme``), written to ``directory`` with their weights in one external-data file beside
-    them; the weights must follow the weights' spec (``source`` names them if they do not)."""
+    """The encoder and decoder graphs of ``ops`` for ``config`` and its weights (any float dtype; ``ops.dtype``
+    inside, or fp32 block-quantized by ``scheme``), written to ``directory`` with their weights in one external-data
+    file beside them; the weights must follow the weights' spec (``source`` names them if they do not)."""
     check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
     external = ExternalWeights(directory / WEIGHTS_FILE)
     try:
-        graphs = {SERVING_ENCODER: build_encoder(config, weights, external, scheme)}
-        graphs[SERVING_DECODER] = build_decoder(config, weights, external, scheme)
+        graphs = {SERVING_ENCODER: build_encoder(config, weights, external, scheme, ops)}
+        graphs[SERVING_DECODER] = build_decoder(config, weights, external, scheme, ops)
     finally:
         external.close()
     paths = {name: directory / f"{name.replace(' ', '_')}.onnx" for name in graphs}

@@ -1,10 +1,14 @@
-"""The CPU serving graphs' inputs and outputs: engine-private, not part of the ONNX contract (``core/contract.py``).
+"""The serving graphs' ops per device, and their inputs and outputs: engine-private, not part of the ONNX contract
+(``core/contract.py``).
 
-``serving_graphs.py`` builds the graphs to these declarations and ``fused.py`` binds by them; a graph that differs
-from its declaration is aiayn's own error (``sessions.check_built_graph``).
+``serving_graphs.py`` builds the graphs to these declarations; ``fused.py`` (CPU memory) and ``resident.py`` (the
+device's memory) bind by them. A graph that differs from its declaration is aiayn's own error
+(``sessions.check_built_graph``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import (
@@ -19,17 +23,44 @@ from aiayn.core.contract import (
     top_k_outputs,
 )
 
-# The encoder's one output, and the decoder step's per-row position inputs.
+# The encoder's one output, and the decoder step's position inputs.
 CROSS_KV, SEQLENS_K, TOTAL_LEN, GROUP_SHAPE = "cross_kv", "seqlens_k", "total_len", "group_shape"
+PAST_LEN, BEAM_WIDTH, CACHE_INDIRECTION = "past_len", "beam_width", "cache_indirection"
 
-# The CPU serving graphs (``serving_graphs.py``): built from model.safetensors when the engine
+# The decoder's self-attention kernels. GroupQueryAttention: per-row lengths, CPU kernels in fp32 (its CUDA kernel
+# is fp16/bf16 and causal-only). DecoderMaskedMultiHeadAttention: one new token per row after one shared length
+# (every row of a batch is at the same step), fp32 and fp16 on CUDA, a CPU kernel too; head sizes 32, 64 and 128 on
+# CUDA.
+GQA, DMMHA = "GroupQueryAttention", "DecoderMaskedMultiHeadAttention"
+
+
+@dataclass(frozen=True)
+class ServingOps:
+    """What one device's serving graphs are made of, read by the builder and the engines (data, not branches)."""
+
+    device: str  # where the graphs are meant to run: "cpu" or "cuda"
+    self_attention: str  # GQA or DMMHA
+    dtype: str = "float32"  # activations, weights and the caches; positions' table, log-softmax and top-k stay fp32
+    logits_multiple: int = 1  # the output projection's columns padded to a multiple of this (fp16 tensor cores: 8)
+
+
+# The serving graphs by (device, variant). The CPU's weight-only variants (w8, w4) and int8 are fp32 graphs with
+# quantized weights (``block_quant.py``, ``quantize.py``).
+SERVING_OPS = {
+    ("cpu", "fp32"): ServingOps("cpu", GQA),
+    ("cuda", "fp32"): ServingOps("cuda", DMMHA),
+    ("cuda", "fp16"): ServingOps("cuda", DMMHA, "float16", 8),
+}
+CPU_OPS = SERVING_OPS["cpu", "fp32"]
+
+# The serving graphs (``serving_graphs.py``): built from model.safetensors when the engine
 # loads, into a temporary directory gone once the sessions are built, so ``file`` names them in messages. Every
 # token is one row; contrib-op masks and lengths are int32. The decoder's rows come in sentence blocks (a sentence's
 # beams): ``sentences`` blocks of ``rows / sentences`` rows, each attending over its sentence's cross keys/values.
 SERVING_ENCODER, SERVING_DECODER = "serving encoder", "serving decoder"
 
 
-def serving_encoder_spec(config: ModelConfig) -> GraphSpec:
+def serving_encoder_spec(config: ModelConfig, ops: ServingOps = CPU_OPS) -> GraphSpec:
     pad, n_kv = config.special_tokens.pad, 2 * config.n_decoder_layers
     return GraphSpec(
         SERVING_ENCODER,
@@ -40,7 +71,7 @@ def serving_encoder_spec(config: ModelConfig) -> GraphSpec:
         outputs=(
             TensorSpec(
                 CROSS_KV,
-                "float32",
+                ops.dtype,
                 (n_kv, "batch", config.n_heads, "src_len", config.d_head),
                 "every decoder layer's cross-attention keys and values, in the order of `kv_slots`",
             ),
@@ -48,7 +79,23 @@ def serving_encoder_spec(config: ModelConfig) -> GraphSpec:
     )
 
 
-def serving_decoder_spec(config: ModelConfig) -> GraphSpec:
+# What each self-attention kernel needs to know of the positions, beside the rows' own (``seqlens_k``).
+STEP_INPUTS = {
+    GQA: (TensorSpec(TOTAL_LEN, "int32", (), "the longest row's position + 1"),),
+    DMMHA: (
+        TensorSpec(PAST_LEN, "int32", (1,), "the tokens cached before the new one, the same in every row"),
+        TensorSpec(BEAM_WIDTH, "int32", (1,), "rows per sentence"),
+        TensorSpec(
+            CACHE_INDIRECTION,
+            "int32",
+            ("sentences", "beam", "capacity"),
+            "for each row and cached position, the row of its sentence block that holds that position's key/value",
+        ),
+    ),
+}
+
+
+def serving_decoder_spec(config: ModelConfig, ops: ServingOps = CPU_OPS) -> GraphSpec:
     """One new token per row; the cache is bound as both ``cache_*`` and ``present_*`` (appended in place)."""
     meaning = "a buffer of `capacity` positions, bound again as the present one (appended in place)"
     return GraphSpec(
@@ -56,15 +103,15 @@ def serving_decoder_spec(config: ModelConfig) -> GraphSpec:
         inputs=(
             TensorSpec(TGT_IDS, "int64", ("rows",), "the newest token of each row"),
             TensorSpec(SEQLENS_K, "int32", ("rows",), "its position: the tokens cached before it, per row"),
-            TensorSpec(TOTAL_LEN, "int32", (), "the longest row's position + 1"),
+            *STEP_INPUTS[ops.self_attention],
             TensorSpec(GROUP_SHAPE, "int64", (3,), "[sentences, rows per sentence, d_model]"),
             TensorSpec(SRC_MASK, "int32", ("sentences", "src_len"), "1 where the source is a real token"),
-            *cross_kv_specs(config, "sentences"),
-            *self_kv_specs(config, "cache", "capacity", meaning, "rows"),
+            *cross_kv_specs(config, "sentences", ops.dtype),
+            *self_kv_specs(config, "cache", "capacity", meaning, "rows", ops.dtype),
             TOP_K_INPUT,
         ),
         outputs=(
             *top_k_outputs("rows"),
-            *self_kv_specs(config, "present", "capacity", "the cache with the new token", "rows"),
+            *self_kv_specs(config, "present", "capacity", "the cache with the new token", "rows", ops.dtype),
         ),
     )

@@ -28,7 +28,13 @@ from aiayn.engines.onnx.gather import gather_model
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 REEXPORT = "re-export the folder with `aiayn export {folder}`"
-ORT_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "int32": "tensor(int32)", "bool": "tensor(bool)"}
+ORT_TYPES = {
+    "float32": "tensor(float)",
+    "float16": "tensor(float16)",
+    "int64": "tensor(int64)",
+    "int32": "tensor(int32)",
+    "bool": "tensor(bool)",
+}
 ORT_WARNING, ORT_ERROR = 2, 3  # logger severities: 2 is ONNX Runtime's default
 # fp32 stays fp32 on a GPU: the CUDA provider would otherwise run fp32 matrix products in TF32 (10-bit
 # mantissas) on Ampere and newer GPUs, and the CUDA engine could not give the CPU engine's very outputs.

@@ -1,0 +1,335 @@
+"""The serving engine with its decoder state in the device's memory: what ``--engine onnx`` runs on a GPU.
+
+The serving graphs (``serving_graphs.py``) built from the weights for the device's ops
+(``serving_spec.SERVING_OPS``: DecoderMaskedMultiHeadAttention on a cache preallocated to the search's length
+limit, fp32 or fp16), under the search's step interface. What lives on the device stays there:
+
+- the encoder's cross keys/values of every decoder layer, one tensor (2 · layers, sentences, heads, src_len,
+  d_head), computed once per batch and read by each layer through its own slice of it (bound by address);
+- the self-attention cache, one tensor (2 · layers, rows, heads, capacity, d_head), bound as both the cache and
+  the present of each layer: the new key/value is written in place;
+- per step only the new ids and positions go in, and only each row's k best ids and log-probabilities
+  (the selection head inside the graph) come out.
+
+``select`` keeps the search's rows and the physical rows one and the same. The beam's reordering moves no cache:
+each row writes its new key/value in its own slot, and reads each earlier position from the row of its sentence
+that a host table names (``cache_indirection``, (sentences, beams, capacity) int32, DecoderMaskedMultiHeadAttention's
+own mechanism), so a reorder rewrites that table only. Sentences leaving, or changing order, move whole blocks of
+the cache and their cross keys/values by one Gather on the device (``io.BoundIO.take``); a sentence's beams share
+its cross keys/values (``group``).
+
+It runs wherever ONNX Runtime has kernels for the device's ops: the CUDA graphs also run on the CPU provider
+(DecoderMaskedMultiHeadAttention and MultiHeadAttention have fp32 CPU kernels), which is how they are proven
+without a GPU (``tests/engines/test_resident_engine.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from safetensors.numpy import load_file
+
+from aiayn.core import contract
+from aiayn.core.folder import ModelFolder
+from aiayn.engines import ONNX_SERVING
+from aiayn.engines.onnx import serving_spec
+from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.fused import distinct, run_length
+from aiayn.engines.onnx.io import BoundIO
+from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
+from aiayn.engines.onnx.serving_spec import SERVING_OPS, ServingOps
+from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device
+from aiayn.search.greedy import EXTRA_LEN
+
+RESIDENT_VARIANTS = tuple(variant for device, variant in SERVING_OPS if device == "cuda")
+
+
+@dataclass(eq=False)
+class DeviceBatch:
+    """One encoded batch: ``sentences`` blocks of ``group`` rows; its row r is the search's row r."""
+
+    cross: ort.OrtValue  # (2 · layers, sentences, heads, src_len, d_head) on the device
+    src_mask: np.ndarray  # (sentences, src_len) int32, 1 = real token
+    group: int = 1  # rows per sentence
+    cache: ort.OrtValue | None = None  # (2 · layers, rows, heads, capacity, d_head) on the device, from the 1st step
+    # (sentences, group, capacity) int32: for row r·group + j and position t < past_len, its key/value is in row
+    # r·group + indirection[r, j, t]
+    indirection: np.ndarray = field(default_factory=lambda: np.zeros((0, 1, 0), np.int32))
+    past_len: int = 0
+    version: int = 0  # bumped by every step: a state of an older version is consumed
+    binding: ort.IOBinding | None = None
+    bound_k: int = 0  # the k the output arrays are bound for
+    # Small host inputs, bound once per binding and written in place each step.
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (rows,)
+    positions: dict[str, np.ndarray] = field(default_factory=dict)  # the step's position inputs, by name
+    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids, on the host
+    keep_alive: list[ort.OrtValue] = field(default_factory=list)  # host OrtValues the binding refers to
+
+    @property
+    def sentences(self) -> int:
+        return int(self.cross.shape()[1])
+
+    @property
+    def rows(self) -> int:
+        return self.sentences * self.group
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    batch: DeviceBatch
+    version: int
+
+
+def host_value(array: np.ndarray) -> ort.OrtValue:
+    """An OrtValue over ``array``'s own memory: what the session writes there, NumPy sees (and the reverse)."""
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+
+
+class ResidentServingEngine:
+    """Encoder and decoder sessions of the serving graphs for ``ops`` on one provider; an ``aiayn.engines.Engine``."""
+
+    name = ONNX_SERVING
+
+    def __init__(
+        self,
+        folder: ModelFolder,
+        ops: ServingOps,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        lanes: int = 1,
+    ) -> None:
+        self.folder, self.config, self.ops = folder, folder.config, ops
+        self.encoder, self.decoder = encoder, decoder
+        self.provider = decoder.get_providers()[0]
+        self.device = "cpu" if self.provider == CPU else "cuda"  # OrtValues' device type
+        self.io = BoundIO(encoder, decoder, self.provider, 1)
+        self.lanes = lanes if self.provider == CPU else 1  # one GPU stream: batches take turns
+        self.dtype = np.dtype(ops.dtype)
+        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, for the heatmap only
+        tokens = self.config.special_tokens
+        self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
+        self.never_generate = self.config.never_generate
+        self.cross_names, self.cache_names, self.present_names = (
+            contract.kv_names(self.config, prefix) for prefix in ("cross", "cache", "present")
+        )
+        decoder_spec = serving_spec.serving_decoder_spec(self.config, ops)
+        positions = (serving_spec.SEQLENS_K, serving_spec.TOTAL_LEN, serving_spec.PAST_LEN)
+        self.position_specs = [t for t in decoder_spec.inputs if t.name in positions]
+        self.input_names = {t.name for t in decoder_spec.inputs}
+        check_built_graph(encoder, serving_spec.serving_encoder_spec(self.config, ops))
+        check_built_graph(decoder, decoder_spec)
+
+    @classmethod
+    def load(
+        cls,
+        folder: ModelFolder | str | Path,
+        device: str = "cuda",
+        variant: str = "fp32",
+        lanes: int = 1,
+        ops: ServingOps | None = None,
+    ) -> ResidentServingEngine:
+        """Build the CUDA serving graphs of ``variant`` (``RESIDENT_VARIANTS``; or the graphs of ``ops``) from a model
+        folder's config.json and model.safetensors and open them on ``device`` (a resolved one: cuda, or cpu to run
+        the same graphs on the CPU provider)."""
+        folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
+        if ops is None:
+            if variant not in RESIDENT_VARIANTS:
+                raise ValueError(
+                    f"--variant {variant} is not built for a GPU; choose one of {', '.join(RESIDENT_VARIANTS)}"
+                )
+            ops = SERVING_OPS["cuda", variant]
+        folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
+        folder.check_weights()
+        weights = load_file(str(folder.weights_file))
+        with graphs_directory() as directory:
+            paths = build_serving_graphs(folder.config, weights, directory, str(folder.weights_file), ops=ops)
+            del weights
+            encoder, decoder = (open_on_device(path, path, device, 1) for path in paths)
+        return cls(folder, ops, encoder, decoder, lanes)
+
+    # -- encoder -----------------------------------------------------------------------------------------
+
+    def start(self, src_ids: np.ndarray) -> DeviceState:
+        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)  # (batch, src_len)
+        src_mask = (src_ids != self.pad_id).astype(np.int32)
+        feeds = {contract.SRC_IDS: src_ids, contract.SRC_MASK: src_mask}
+        _, (cross,) = self.io.encode(feeds, [serving_spec.CROSS_KV], src_mask)
+        return DeviceState(DeviceBatch(cross, src_mask), 0)
+
+    # -- decoder -----------------------------------------------------------------------------------------
+
+    def bind_slices(self, binding: ort.IOBinding, value: ort.OrtValue, names: list[str], output: list[str]) -> None:
+        """Bind slice i (along the first axis) of the device tensor ``value`` as input ``names[i]`` and, where
+        ``output`` names one, as that output too (the same memory: written in place)."""
+        shape = value.shape()
+        part = shape[1:]
+        part_bytes = int(np.prod(part)) * self.dtype.itemsize
+        base = value.data_ptr()
+        for i, name in enumerate(names):
+            address = base + i * part_bytes
+            binding.bind_input(name, self.device, 0, self.dtype.type, part, address)
+            if output:
+                binding.bind_output(output[i], self.device, 0, self.dtype.type, part, address)
+
+    def capacity_for(self, batch: DeviceBatch) -> int:
+        """Cache positions to allocate: the search's default limit, source length + 50 (it grows if exceeded)."""
+        return int(batch.cross.shape()[3]) + EXTRA_LEN + 1
+
+    def bind(self, batch: DeviceBatch) -> None:
+        """Bind every decoder input and the cache outputs of ``batch`` (once per batch, again after a select)."""
+        rows, cfg = batch.rows, self.config
+        if batch.cache is None:  # positions past the length are never read: no need to clear it
+            capacity = self.capacity_for(batch)
+            shape = [2 * cfg.n_decoder_layers, rows, cfg.n_heads, capacity, cfg.d_head]
+            batch.cache = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.dtype.type, self.device, 0)
+            batch.indirection = np.zeros((batch.sentences, batch.group, capacity), np.int32)
+        batch.ids = np.full(rows, self.eos_id, np.int64)
+        batch.positions = {
+            t.name: np.zeros([rows if axis == "rows" else int(axis) for axis in t.shape], np.int32)
+            for t in self.position_specs
+        }
+        host = {
+            contract.TGT_IDS: batch.ids,
+            **batch.positions,
+            serving_spec.BEAM_WIDTH: np.array([batch.group], np.int32),
+            serving_spec.CACHE_INDIRECTION: batch.indirection,
+            serving_spec.GROUP_SHAPE: np.array([batch.sentences, batch.group, cfg.d_model], np.int64),
+            contract.SRC_MASK: batch.src_mask,
+        }
+        binding = self.decoder.io_binding()
+        batch.keep_alive = []
+        for name, array in host.items():
+            if name in self.input_names:
+                value = host_value(array)
+                binding.bind_ortvalue_input(name, value)
+                batch.keep_alive.append(value)
+        self.bind_slices(binding, batch.cross, self.cross_names, [])
+        self.bind_slices(binding, batch.cache, self.cache_names, self.present_names)
+        batch.binding, batch.bound_k = binding, 0
+
+    def bind_outputs(self, batch: DeviceBatch, k: int) -> None:
+        """(Re)bind the head's host outputs for ``k`` best tokens per row."""
+        assert batch.binding is not None
+        batch.outputs = (np.empty((batch.rows, k), np.float32), np.empty((batch.rows, k), np.int64))
+        k_value = host_value(np.array([k], np.int64))
+        batch.binding.bind_ortvalue_input(contract.TOP_K, k_value)
+        batch.keep_alive.append(k_value)
+        for name, array in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
+            value = host_value(array)
+            batch.binding.bind_ortvalue_output(name, value)
+            batch.keep_alive.append(value)
+        batch.bound_k = k
+
+    def grow(self, batch: DeviceBatch) -> None:
+        """Double the cache capacity (a search whose limit exceeds source length + 50) by way of the host: rare."""
+        assert batch.cache is not None
+        old, t = batch.cache.numpy(), batch.past_len
+        cache = np.zeros((*old.shape[:3], 2 * old.shape[3], old.shape[4]), old.dtype)
+        cache[:, :, :, :t] = old[:, :, :, :t]
+        batch.cache = ort.OrtValue.ortvalue_from_numpy(cache, self.device, 0)
+        indirection = np.zeros((*batch.indirection.shape[:2], cache.shape[3]), np.int32)
+        indirection[:, :, :t] = batch.indirection[:, :, :t]
+        batch.indirection = indirection
+        self.bind(batch)
+
+    def consume(self, state: DeviceState) -> DeviceBatch:
+        batch = state.batch
+        if state.version != batch.version:
+            raise ValueError("this decoder state was already used: a state can be stepped or selected once")
+        batch.version += 1
+        return batch
+
+    def run_step(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], DeviceState]:
+        """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for every row."""
+        batch = self.consume(state)
+        if tgt_ids.ndim != 2 or tgt_ids.shape[0] != batch.rows:
+            raise ValueError(f"tgt_ids must be (rows, new_len) with {batch.rows} rows, got {tgt_ids.shape}")
+        if batch.binding is None or batch.cache is None:
+            self.bind(batch)
+        for column in range(tgt_ids.shape[1]):
+            assert batch.cache is not None
+            if batch.past_len + 1 > batch.cache.shape()[3]:
+                self.grow(batch)
+            if batch.bound_k != k:
+                self.bind_outputs(batch, k)
+            batch.ids[:] = tgt_ids[:, column]
+            batch.indirection[:, :, batch.past_len] = np.arange(batch.group)  # each row's new key/value: its own
+            for name, position in batch.positions.items():
+                position.fill(batch.past_len + (name == serving_spec.TOTAL_LEN))
+            self.decoder.run_with_iobinding(batch.binding)
+            batch.past_len += 1
+        return tuple(out.copy() for out in batch.outputs), DeviceState(batch, batch.version)
+
+    def step_top(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, DeviceState]:
+        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
+        return values, ids, state  # (rows, k) each, best first, ties to the lower id
+
+    def step(self, state: DeviceState, tgt_ids: np.ndarray) -> tuple[np.ndarray, DeviceState]:
+        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
+        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
+        log_probs = np.empty_like(values)
+        np.put_along_axis(log_probs, ids, values, axis=1)
+        return log_probs, state
+
+    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+        """The attention view, from the contract's decoder on the CPU: (batch, heads, out_len, src_len)."""
+        if self.attention_engine is None:
+            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
+        return self.attention_engine.cross_attention(src_ids, out_ids)
+
+    # -- row selection -----------------------------------------------------------------------------------
+
+    def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
+        """The search's new rows, ``rows`` of the old ones: within sentence blocks, by the indirection table alone;
+        blocks that leave or move, by a Gather on the device; anything else, by way of the host."""
+        rows = np.asarray(rows, dtype=np.int64)
+        batch = self.consume(state)
+        g, t = batch.group, batch.past_len
+        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= batch.rows)):
+            raise ValueError(f"rows must be indices below {batch.rows}")
+        blocks = (rows // g).reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g) old sentences
+        if batch.cache is None and g == 1 and (k := run_length(rows)) and distinct(rows[::k]):
+            return DeviceState(self.regrouped(batch, rows[::k], k), 0)  # the beam's k copies, before any step
+        if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
+            return DeviceState(self.regrouped(batch, rows // g, 1, self.materialized(batch, rows)), 0)
+        sentences, beams = blocks[:, 0], (rows % g).reshape(-1, g)  # (new sentences,), (new sentences, g)
+        if sentences.size == batch.sentences and bool((sentences == np.arange(sentences.size)).all()):
+            if batch.cache is not None:  # the beams' reordering: their histories only
+                histories = batch.indirection[:, :, :t]
+                histories[:] = np.take_along_axis(histories, beams[:, :, None], axis=1)
+            return DeviceState(batch, batch.version)
+        cache = None
+        if batch.cache is not None:
+            whole_blocks = (sentences[:, None] * g + np.arange(g)).reshape(-1)
+            cache = self.io.take([batch.cache], whole_blocks, axis=1)[0]
+        fresh = self.regrouped(batch, sentences, g, cache)
+        if cache is not None:
+            fresh.indirection = np.ascontiguousarray(batch.indirection[sentences])
+            fresh.indirection[:, :, :t] = np.take_along_axis(fresh.indirection[:, :, :t], beams[:, :, None], axis=1)
+        return DeviceState(fresh, 0)
+
+    def regrouped(
+        self, batch: DeviceBatch, sentences: np.ndarray, group: int, cache: ort.OrtValue | None = None
+    ) -> DeviceBatch:
+        """A batch of ``group`` rows for each of ``sentences`` (old ones), over ``cache``."""
+        unchanged = sentences.size == batch.sentences and bool((sentences == np.arange(sentences.size)).all())
+        cross = batch.cross if unchanged else self.io.take([batch.cross], sentences, axis=1)[0]
+        fresh = DeviceBatch(cross, np.ascontiguousarray(batch.src_mask[sentences]), group, past_len=batch.past_len)
+        if cache is not None:
+            fresh.cache = cache
+            fresh.indirection = np.zeros((sentences.size, group, int(cache.shape()[3])), np.int32)
+        return fresh
+
+    def materialized(self, batch: DeviceBatch, rows: np.ndarray) -> ort.OrtValue | None:
+        """Each of ``rows`` with its whole history in its own row, by way of the host: for selections that cross
+        sentences, which the searches never make (they keep each sentence's beams together)."""
+        if batch.cache is None:
+            return None
+        cache, g, t = batch.cache.numpy(), batch.group, batch.past_len
+        history = rows[:, None] // g * g + batch.indirection.reshape(batch.rows, -1)[rows, :t]  # (new rows, t)
+        own = np.empty((cache.shape[0], rows.size, *cache.shape[2:]), cache.dtype)
+        own[:, :, :, :t] = cache[:, history, :, np.arange(t)].transpose(2, 0, 3, 1, 4)  # (rows, t, kv, h, d) → …
+        return ort.OrtValue.ortvalue_from_numpy(own, self.device, 0)
