@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU work of issue #24 in few `device` calls (docs/serve.md, "On a GPU: issue #24").
+# The GPU work in few `device` calls: issue #39's proofs and figures (`cuda`: docs/serve.md, "On a GPU"), and issue
+# #24's training runs (`train`).
 #
 # It lives in scripts/, outside the package: it is a developer's tool for a lent machine, shell around
 # `aiayn` and pytest, neither shipped nor run by CI.
@@ -8,7 +9,9 @@
 #                                    every wheel the GPU machine lacks, cut into pieces that fit a call
 #   scripts/gpu_session.sh train     there: several en→de configurations trained at once, then scored on val
 #   scripts/gpu_session.sh receive   there: a call that only brings a piece (lists what has arrived)
-#   scripts/gpu_session.sh cuda      there: the pieces joined and installed, tests/cuda, ours timed on CUDA
+#   scripts/gpu_session.sh cuda      there: the pieces joined and installed, tests/cuda (the serving engine on CUDA
+#                                    against the CPU engines), then `aiayn bench --device cuda --quick` (ours against
+#                                    CTranslate2 on the GPU: the bundled model and the base size, with GPU memory)
 #
 # The GPU machine reaches no network, and a call takes at most 64 MiB of working tree: the checkout itself
 # (about 28 MiB, the bundled models) plus what `carry` names. onnxruntime-gpu alone is a 256 MB wheel, so
@@ -31,7 +34,7 @@ TGT=${TGT:-de}
 TRAIN_MINUTES=${TRAIN_MINUTES:-6}  # per run; then averaging, calibration and val scoring fit one 10-minute call
 
 ORT_WHEEL="onnxruntime-gpu==1.31.1"  # built for CUDA 13 (libcublasLt.so.13), as the machine's PyTorch is
-PAGE_WHEELS=("gradio==6.31.0" "gradio_client==2.7.2" "sentencex==1.0.32")
+PAGE_WHEELS=("gradio==6.31.0" "gradio_client==2.7.2" "sentencex==1.0.32" "ctranslate2==4.8.5")
 # What the GPU machine's python3 already has (/work/.library/device/KINDS.md, read 2026-11-17) among the
 # dependencies of the wheels above: not carried.
 DEVICE_HAS="annotated-doc anyio certifi click filelock fsspec h11 hf-xet httpcore httpx huggingface-hub idna jinja2
@@ -87,7 +90,8 @@ pack() {
   last=$(basename "${pieces[-1]}")
   echo "packed: .gpu/base ($(du -sh "$GPU/base" | cut -f1)) and ${#pieces[@]} pieces of ${PIECE_MIB} MiB"
   echo "device calls, back to back (the machine keeps .gpu/ only while warm, 30 s):"
-  echo "  run(command='scripts/gpu_session.sh train', carry=['.gpu/base', '.gpu/p00'], timeout_s=600)"
+  echo "  run(command='scripts/gpu_session.sh receive', carry=['.gpu/base', '.gpu/p00'], timeout_s=120)"
+  echo "    (or, for issue #24's training runs first: command='scripts/gpu_session.sh train', timeout_s=600)"
   for piece in "${pieces[@]:1:${#pieces[@]}-2}"; do
     echo "  run(command='scripts/gpu_session.sh receive', carry=['.gpu/$(basename "$piece")'], timeout_s=120)"
   done
@@ -137,6 +141,14 @@ install_all() {
   local libs
   libs=$("$PYTHON" -c 'import nvidia; print(" ".join(nvidia.__path__))' | xargs -n1 -I{} find {} -name 'lib*.so*' \
     -printf '%h\n' | sort -u | paste -sd:) || true
+  # CTranslate2 4.8.5 asks for libcublas.so.12 where the machine has CUDA 13's libcublas.so.13: a link by the old
+  # name let it run on the lent H100 (its figures say so beside them).
+  local cublas
+  cublas=$(tr ':' '\n' <<<"$libs" | while read -r dir; do ls "$dir"/libcublas.so.13 2>/dev/null; done | head -1)
+  if [[ -n $cublas ]]; then
+    mkdir -p /tmp/cublas12 && ln -sf "$cublas" /tmp/cublas12/libcublas.so.12
+    libs=/tmp/cublas12:$libs
+  fi
   export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 }
 
@@ -236,27 +248,29 @@ cuda() {
   AIAYN_CUDA_TESTS_DEVICE=$DEVICE AIAYN_CUDA_TESTS_SENTENCES=$SENTENCES \
     AIAYN_CUDA_TESTS_RESULTS=$OUT/cuda_tests.jsonl \
     "$PYTHON" -m pytest -m cuda tests/cuda -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || true
-  # Ours on CUDA, timed by `aiayn eval` (seconds for the whole split): fp32 and fp16, greedy and beam 4.
-  local models=/tmp/aiayn-models eval_flags=()
-  [[ $DRY_RUN == 1 ]] && eval_flags=(--limit "$SENTENCES")
-  rm -rf "$models" && mkdir -p "$models"
+  # The serving engine on CUDA through the CLI, timed by `aiayn eval` (seconds for the whole split, BLEU): fp32 and
+  # fp16, greedy and beam 4 (the dry run: fp32, whose graphs run on the CPU provider at speed).
+  local eval_flags=() variants=(fp32 fp16)
+  [[ $DRY_RUN == 1 ]] && eval_flags=(--limit "$SENTENCES") && variants=(fp32)
   for model in en-de de-en; do
-    cp -r "pretrained/$model" "$models/$model"
-    aiayn export "$models/$model" --fp16 --check-sentences 5 >>"$OUT/cuda_eval.log" 2>&1
-    for variant in fp32 fp16; do
+    for variant in "${variants[@]}"; do
       for beam in 1 4; do
-        aiayn eval --model "$models/$model" --split test_2016_flickr --engine onnx-portable --device "$DEVICE" \
+        aiayn eval --model "$model" --split test_2016_flickr --engine onnx --device "$DEVICE" \
           --variant "$variant" --beam "$beam" --json "${eval_flags[@]}" 2>>"$OUT/cuda_eval.log" |
           "$PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' >>"$OUT/cuda_eval.jsonl"
       done
     done
   done
   cat "$OUT/cuda_eval.jsonl"
-  # Ours against CTranslate2 on the same GPU (fp32, fp16; greedy and beam 4, batch 1 and 32), interleaved rounds.
+  # Ours against CTranslate2 on the same GPU: greedy b1/b32/b128, beam 4 b32/b128, fp32 and fp16, the bundled model
+  # and the base size, each engine's GPU memory; engines in processes of their own, interleaved round by round.
   if [[ $DRY_RUN != 1 ]]; then
-    aiayn bench --device cuda --json "$OUT/bench_cuda.json" >"$OUT/bench_cuda.txt" 2>&1 || true
-    cat "$OUT/bench_cuda.txt"
+    timeout 300 "$PYTHON" -m aiayn.cli bench --device cuda --quick --json "$OUT/bench_cuda.json" \
+      >"$OUT/bench_cuda.txt" 2>&1 || echo "bench: exit $?" >>"$OUT/bench_cuda.txt"
+  else  # the same bench code, its framing on the CPU (fp32) at a tiny size: the test that proves it
+    "$PYTHON" -m pytest -q -p no:cacheprovider tests/bench/test_base_size_bench.py -k gpu_rows >"$OUT/bench_cuda.txt" 2>&1
   fi
+  cat "$OUT/bench_cuda.txt"
 }
 
 case ${1:-} in

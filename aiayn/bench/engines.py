@@ -103,18 +103,21 @@ TWO_CORES = Framing(
 )
 FRAMINGS = (ONE_THREAD, TWO_CORES)
 CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
-# `aiayn bench --device cuda`: ours on ONNX Runtime's CUDA provider (the serving graphs for CUDA, the state on the
-# device: ``engines/onnx/resident.py``) against CTranslate2 on the same GPU, fp32 and fp16, one stream each.
-ON_CUDA = Framing(
-    "CUDA",
-    tuple(
-        Setup(name, device="cuda") for name in (f"{ONNX} fp32", f"{ONNX} fp16", "ctranslate2 fp32", "ctranslate2 fp16")
-    ),
-    (
-        (f"{ONNX} fp32 1×1 cuda", ("ctranslate2 fp32 1×1 cuda",)),
-        (f"{ONNX} fp16 1×1 cuda", ("ctranslate2 fp16 1×1 cuda",)),
-    ),
-)
+
+
+def device_framing(device: str, variants: tuple[str, ...] = ("fp32", "fp16")) -> Framing:
+    """Ours against CTranslate2 on one ``device``, each of ``variants``, one stream each (``--device cuda``: ours is
+    the serving engine with its state on the GPU, ``engines/onnx/resident.py``)."""
+    setups = tuple(Setup(f"{engine} {v}", device=device) for v in variants for engine in (ONNX, "ctranslate2"))
+    label = {setup.engine: setup.label for setup in setups}
+    return Framing(
+        device.upper(),
+        setups,
+        tuple((label[f"{ONNX} {v}"], (label[f"ctranslate2 {v}"],)) for v in variants),
+    )
+
+
+ON_CUDA = device_framing("cuda")  # `aiayn bench --device cuda`
 CUDA_CONFIGS = ((1, 1), (1, 32), (1, 128), (4, 32), (4, 128))  # a GPU is for large batches too
 
 

@@ -206,8 +206,7 @@ def run_bench(
         return {"sentences": src[:n], "beam": beam, "batch": batch}
 
     with tempfile.TemporaryDirectory() as tmp:
-        gpu = any(s.device == "cuda" for s in setups)
-        copy = prepare(folder, Path(tmp) / "model", ("fp32", "fp16") if gpu else ("fp32",))
+        copy = prepare(folder, Path(tmp) / "model")
         measured, _ = measure_rounds(copy.path, setups, plan.rounds, configs, request)
         serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds)
     rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]

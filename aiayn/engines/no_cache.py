@@ -31,5 +31,3 @@ class NoCacheEngine(FullDistributionStep[NoCacheState]):
 
     def select(self, state: NoCacheState, rows: np.ndarray) -> NoCacheState:
         return self.inner.select(state[0], rows), state[1][rows]
-
-

@@ -204,7 +204,8 @@ def lay_out(served: dict[str, Direction], variant: str) -> Components:
     first = next(iter(served.values()))
     gr.Markdown(
         "# aiayn: the Transformer of *Attention Is All You Need*\n"
-        f"ONNX Runtime and NumPy on **{first.model.provider}**, {variant} weights. "
+        f"ONNX Runtime and NumPy on **{first.model.provider}** (the {first.model.engine.name} engine), "
+        f"{variant} weights. "
         f"Up to {MAX_CHARS} characters per request; sentences are translated one by one, line breaks kept. "
         f"When many translate at once, requests wait in line (at most {MAX_WAITING}): "
         "the place in line shows on the translation."

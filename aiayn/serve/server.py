@@ -112,8 +112,12 @@ def serve(
     app = build_app(service, models)
     launch(app, host, port, share, routes=[json_route(service)])
     names = ", ".join(service.models)
-    provider = next(iter(service.models.values())).provider
+    first = next(iter(service.models.values()))
     public = f" and {app.share_url}" if app.share_url else ""
     where = f"http://{host}:{port}{public}"
-    print(f"serving {names} ({variant} weights) with ONNX Runtime on {provider} at {where}", file=sys.stderr)
+    engine = f"{first.engine.name} engine"
+    print(
+        f"serving {names} ({variant} weights) with ONNX Runtime on {first.provider} ({engine}) at {where}",
+        file=sys.stderr,
+    )
     app.block_thread()  # until Ctrl-C

@@ -9,6 +9,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from aiayn.bench.base_size import BasePlan, base_folder, base_json, base_report, check_lengths, run_base_bench
+from aiayn.bench.engines import CUDA_CONFIGS, device_framing
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import ModelFolder
 
@@ -52,6 +53,22 @@ def test_every_engine_decodes_the_fixed_length_and_says_its_memory(tiny_folder: 
     text = base_report(result)
     assert "every output 7 tokens" in text and "peak while loading" in text and "onnx fp32 1×1 / ctranslate2" in text
     assert base_json(result)["plan"]["length"] == 7
+
+
+def test_the_gpu_rows_up_to_batches_of_128_with_each_engines_gpu_memory(tiny_folder: Path) -> None:
+    """`aiayn bench --device cuda`'s framing and configurations, here on the CPU (fp32): the code a lent GPU runs,
+    proven before its minutes are spent (``scripts/gpu_session.sh``'s dry run runs this test)."""
+    framing = device_framing("cpu", ("fp32",))
+    plan = BasePlan(rounds=1, length=5, sentences=2, batch_sentences=4)
+    result = run_base_bench(ModelFolder.open(tiny_folder), SENTENCES * 32, plan, TINY, (framing,), CUDA_CONFIGS)
+    assert {(r.engine, r.search, r.batch) for r in result.rows} == {
+        (engine, search, batch)
+        for engine in ("onnx fp32 1×1", "ctranslate2 fp32 1×1")
+        for search, batch in (("greedy", 1), ("greedy", 32), ("greedy", 128), ("beam 4", 32), ("beam 4", 128))
+    }
+    assert len(result.ratios) == len(CUDA_CONFIGS) and {r.peer for r in result.ratios} == {"ctranslate2 fp32 1×1"}
+    assert all(f.gpu_mb == 0 for f in result.footprints)  # no GPU here: nvidia-smi lists no process of theirs
+    assert "| GPU MiB |" in base_report(result)
 
 
 def test_an_engine_that_ends_early_voids_the_comparison() -> None:

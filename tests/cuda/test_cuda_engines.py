@@ -1,14 +1,14 @@
-"""On a GPU (issue #24): each CUDA engine against the CPU fp32 engine on all of test_2016_flickr, and the page.
+"""On a GPU (issues #24, #39): each CUDA engine against the CPU fp32 engine on all of test_2016_flickr, and the page.
 
+- the serving engine on CUDA (``engines/onnx/resident.py``: the serving graphs built for CUDA, the state on the
+  device), fp32: the very ids of the CPU fp32 engines (the contract's graphs, and the CPU serving graphs), greedy
+  and beam 4; fp16: BLEU within 0.2 of the CPU fp32 engine's;
 - the contract's fp32 graphs on CUDA, the decoder state bound on the device
   (``BoundIO``): the very ids of the CPU fp32 engine, greedy and beam 4;
-- the fp16 graphs (exported here, as `aiayn export --fp16` does) on CUDA: BLEU
+- the contract's fp16 graphs (exported here, as `aiayn export --fp16` does) on CUDA: BLEU
   within 0.2 of the CPU fp32 engine's;
-- `aiayn serve --device cuda`: the page's API answers, on the CUDA provider.
+- `aiayn serve --device cuda`: the page's API answers, with the serving engine on the CUDA provider.
 
-The contrib-op serving graphs (``engines/onnx/fused.py``) run on the CPU only:
-their engine binds NumPy memory, and the CUDA kernel of GroupQueryAttention is fp16/bf16 only (docs/serve.md,
-"On a GPU"), so they are not here.
 Every figure is also appended, one JSON line each, to $AIAYN_CUDA_TESTS_RESULTS
 when it is set (``scripts/gpu_session.sh`` points it into $OUT).
 """
@@ -30,7 +30,9 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
 from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.fused import ServingOnnxEngine
 from aiayn.engines.onnx.io import BoundIO
+from aiayn.engines.onnx.resident import ResidentServingEngine
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
@@ -112,6 +114,38 @@ def test_fp32_on_cuda_gives_the_ids_of_the_cpu_engine(
     assert not differing, f"{len(differing)} of {len(ids)} sentences differ from the CPU fp32 engine: {differing[:10]}"
 
 
+@pytest.mark.parametrize("beam", BEAMS)
+@pytest.mark.parametrize("name", MODELS)
+def test_the_serving_engine_on_cuda_gives_the_ids_of_the_cpu_engines(
+    bundled: dict[str, Path], device: str, sentences: int, name: str, beam: int
+) -> None:
+    folder = bundled[name]
+    engine = ResidentServingEngine.load(folder, device)
+    assert engine.provider == provider_of(device)
+    started = time.perf_counter()
+    ids = translate_ids(engine, folder, beam, sentences)
+    seconds = time.perf_counter() - started
+    references = {
+        "contract graphs": cpu_fp32_ids(folder, beam, sentences),
+        "cpu serving graphs": translate_ids(ServingOnnxEngine.load(folder, 1), folder, beam, sentences),
+    }
+    differing = {
+        reference: [i for i, (a, b) in enumerate(zip(ids, theirs, strict=True)) if a != b]
+        for reference, theirs in references.items()
+    }
+    record(
+        test="serving fp32",
+        device=device,
+        model=name,
+        beam=beam,
+        sentences=len(ids),
+        differing={reference: len(rows) for reference, rows in differing.items()},
+        seconds=round(seconds, 2),
+    )
+    for reference, rows in differing.items():
+        assert not rows, f"{len(rows)} of {len(ids)} sentences differ from the {reference}: {rows[:10]}"
+
+
 @pytest.fixture(scope="module")
 def fp16_folders(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Copies of the bundled folders with the fp16 graphs added, as `aiayn export --fp16` writes them."""
@@ -130,18 +164,30 @@ def fp16_folders(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFact
 
 @pytest.mark.parametrize("beam", BEAMS)
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("graphs", ["serving", "contract"])
 def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
-    bundled: dict[str, Path], fp16_folders: dict[str, Path], device: str, sentences: int, name: str, beam: int
+    bundled: dict[str, Path],
+    request: pytest.FixtureRequest,
+    device: str,
+    sentences: int,
+    name: str,
+    beam: int,
+    graphs: str,
 ) -> None:
-    folder = fp16_folders[name]
-    engine = PortableOnnxEngine.load(folder, device=device, variant="fp16")
+    """The serving graphs built in fp16 (no export needed), and the contract's fp16 graphs as exported."""
+    if graphs == "serving":
+        folder = bundled[name]
+        engine: Any = ResidentServingEngine.load(folder, device, variant="fp16")
+    else:
+        folder = request.getfixturevalue("fp16_folders")[name]
+        engine = PortableOnnxEngine.load(folder, device=device, variant="fp16")
     assert engine.provider == provider_of(device)
     started = time.perf_counter()
     fp16 = bleu(folder, translate_ids(engine, folder, beam, sentences), sentences)
     seconds = time.perf_counter() - started
     fp32 = bleu(bundled[name], cpu_fp32_ids(bundled[name], beam, sentences), sentences)
     record(
-        test="fp16",
+        test=f"{graphs} fp16",
         device=device,
         model=name,
         beam=beam,
@@ -159,7 +205,7 @@ def page(device: str, tmp_path_factory: pytest.TempPathFactory, serve_page: Any)
     pytest.importorskip("gradio_client")
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with serve_page(["--device", device], log, STARTUP_TIMEOUT_S) as served:
-        assert f"on {provider_of(device)}" in log.read_text()
+        assert f"on {provider_of(device)} (onnx-serving engine)" in log.read_text()  # the serving engine
         yield served.url
 
 

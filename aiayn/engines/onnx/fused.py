@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -48,6 +49,7 @@ from aiayn.engines.onnx.serving_spec import CPU_OPS
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 from aiayn.search.greedy import EXTRA_LEN
 
+S = TypeVar("S")
 # Compact when live sentences ≤ this share of the physical ones (docs/speed.md: never compacting cost 20–45 % at
 # batch 32; thresholds 0.25–0.9 were within noise).
 COMPACT_BELOW = 0.5
@@ -59,6 +61,20 @@ def ortvalue(array: np.ndarray) -> ort.OrtValue:
     if not array.flags.c_contiguous:
         raise ValueError("only C-contiguous arrays can be bound")
     return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def bind_head(binding: ort.IOBinding, rows: int, k: int, keep_alive: list[ort.OrtValue]) -> tuple[np.ndarray, ...]:
+    """Bind the selection head's ``k`` and its host outputs for ``rows``: the (rows, k) values and ids arrays that
+    each run fills; the OrtValues over them join ``keep_alive``."""
+    outputs: tuple[np.ndarray, np.ndarray] = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
+    k_value = ortvalue(np.array([k], np.int64))
+    binding.bind_ortvalue_input(contract.TOP_K, k_value)
+    keep_alive.append(k_value)
+    for name, array in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), outputs, strict=True):
+        value = ortvalue(array)
+        binding.bind_ortvalue_output(name, value)
+        keep_alive.append(value)
+    return outputs
 
 
 @dataclass(eq=False)
@@ -108,7 +124,38 @@ def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
     return FusedState(batch, rows, batch.version, identity)
 
 
-class ServingOnnxEngine:
+class SelectionHeadSteps(Generic[S]):
+    """The step interface over a serving decoder whose graph ends in the selection head (each row's k best): what
+    the CPU and the device-resident serving engines share. A subclass feeds the tokens (``run_step``)."""
+
+    folder: ModelFolder
+    config: ModelConfig
+    attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+
+    def run_step(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], S]:
+        """Feed ``tgt_ids`` (rows, new_len); the head's (rows, k) values and ids after the last, and the new state."""
+        raise NotImplementedError
+
+    def step_top(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, S]:
+        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
+        return values, ids, state  # (rows, k) each, best first, ties to the lower id
+
+    def step(self, state: S, tgt_ids: np.ndarray) -> tuple[np.ndarray, S]:
+        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
+        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
+        log_probs = np.empty_like(values)
+        np.put_along_axis(log_probs, ids, values, axis=1)
+        return log_probs, state
+
+    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+        """The attention view, from the contract's decoder on the CPU (which outputs it): (batch, heads, out_len,
+        src_len)."""
+        if self.attention_engine is None:
+            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
+        return self.attention_engine.cross_attention(src_ids, out_ids)
+
+
+class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
     """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
 
     name = ONNX_SERVING
@@ -130,7 +177,6 @@ class ServingOnnxEngine:
         self.min_rows = min_rows
         self.provider = CPU
         self.threads, self.lanes = threads, lanes
-        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
         tokens = config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = config.never_generate
@@ -227,15 +273,7 @@ class ServingOnnxEngine:
     def bind_outputs(self, batch: Batch, k: int) -> None:
         """(Re)bind the head's outputs for ``k`` best tokens per row."""
         assert batch.binding is not None
-        rows = batch.rows
-        batch.outputs = (np.empty((rows, k), np.float32), np.empty((rows, k), np.int64))
-        k_value = ortvalue(np.array([k], np.int64))
-        batch.binding.bind_ortvalue_input(contract.TOP_K, k_value)
-        batch.keep_alive.append(k_value)
-        for name, array in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
-            value = ortvalue(array)
-            batch.binding.bind_ortvalue_output(name, value)
-            batch.keep_alive.append(value)
+        batch.outputs = bind_head(batch.binding, batch.rows, k, batch.keep_alive)
         batch.bound_k = k
 
     def grow(self, batch: Batch) -> None:
@@ -279,23 +317,6 @@ class ServingOnnxEngine:
             batch.past_len += 1
         outputs = tuple(out.copy() if state.identity else out[state.rows] for out in batch.outputs)
         return outputs, FusedState(batch, state.rows, batch.version, state.identity)
-
-    def step_top(self, state: FusedState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, FusedState]:
-        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
-        return values, ids, state  # (rows, k) each, best first, ties to the lower id
-
-    def step(self, state: FusedState, tgt_ids: np.ndarray) -> tuple[np.ndarray, FusedState]:
-        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
-        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
-        log_probs = np.empty_like(values)
-        np.put_along_axis(log_probs, ids, values, axis=1)
-        return log_probs, state
-
-    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
-        """The attention view, from the contract's decoder (which outputs it): (batch, heads, out_len, src_len)."""
-        if self.attention_engine is None:
-            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=self.threads)
-        return self.attention_engine.cross_attention(src_ids, out_ids)
 
     # -- row selection -----------------------------------------------------------------------------------
 

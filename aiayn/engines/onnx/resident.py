@@ -36,8 +36,7 @@ from aiayn.core import contract
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_SERVING
 from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.fused import distinct, run_length
+from aiayn.engines.onnx.fused import SelectionHeadSteps, bind_head, distinct, ortvalue, run_length
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving_spec import SERVING_OPS, ServingOps
@@ -83,12 +82,7 @@ class DeviceState:
     version: int
 
 
-def host_value(array: np.ndarray) -> ort.OrtValue:
-    """An OrtValue over ``array``'s own memory: what the session writes there, NumPy sees (and the reverse)."""
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
-
-
-class ResidentServingEngine:
+class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
     """Encoder and decoder sessions of the serving graphs for ``ops`` on one provider; an ``aiayn.engines.Engine``."""
 
     name = ONNX_SERVING
@@ -108,7 +102,6 @@ class ResidentServingEngine:
         self.io = BoundIO(encoder, decoder, self.provider, 1)
         self.lanes = lanes if self.provider == CPU else 1  # one GPU stream: batches take turns
         self.dtype = np.dtype(ops.dtype)
-        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, for the heatmap only
         tokens = self.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = self.config.never_generate
@@ -203,7 +196,7 @@ class ResidentServingEngine:
         batch.keep_alive = []
         for name, array in host.items():
             if name in self.input_names:
-                value = host_value(array)
+                value = ortvalue(array)
                 binding.bind_ortvalue_input(name, value)
                 batch.keep_alive.append(value)
         self.bind_slices(binding, batch.cross, self.cross_names, [])
@@ -213,14 +206,7 @@ class ResidentServingEngine:
     def bind_outputs(self, batch: DeviceBatch, k: int) -> None:
         """(Re)bind the head's host outputs for ``k`` best tokens per row."""
         assert batch.binding is not None
-        batch.outputs = (np.empty((batch.rows, k), np.float32), np.empty((batch.rows, k), np.int64))
-        k_value = host_value(np.array([k], np.int64))
-        batch.binding.bind_ortvalue_input(contract.TOP_K, k_value)
-        batch.keep_alive.append(k_value)
-        for name, array in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
-            value = host_value(array)
-            batch.binding.bind_ortvalue_output(name, value)
-            batch.keep_alive.append(value)
+        batch.outputs = bind_head(batch.binding, batch.rows, k, batch.keep_alive)
         batch.bound_k = k
 
     def grow(self, batch: DeviceBatch) -> None:
@@ -262,23 +248,6 @@ class ResidentServingEngine:
             self.decoder.run_with_iobinding(batch.binding)
             batch.past_len += 1
         return tuple(out.copy() for out in batch.outputs), DeviceState(batch, batch.version)
-
-    def step_top(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, DeviceState]:
-        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
-        return values, ids, state  # (rows, k) each, best first, ties to the lower id
-
-    def step(self, state: DeviceState, tgt_ids: np.ndarray) -> tuple[np.ndarray, DeviceState]:
-        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
-        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
-        log_probs = np.empty_like(values)
-        np.put_along_axis(log_probs, ids, values, axis=1)
-        return log_probs, state
-
-    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
-        """The attention view, from the contract's decoder on the CPU: (batch, heads, out_len, src_len)."""
-        if self.attention_engine is None:
-            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
-        return self.attention_engine.cross_attention(src_ids, out_ids)
 
     # -- row selection -----------------------------------------------------------------------------------
 
