@@ -11,12 +11,13 @@ limit, fp32 or fp16), under the search's step interface. What lives on the devic
 - per step only the new ids and positions go in, and only each row's k best ids and log-probabilities
   (the selection head inside the graph) come out.
 
-``select`` keeps the search's rows and the physical rows one and the same. The beam's reordering moves no cache:
-each row writes its new key/value in its own slot, and reads each earlier position from the row of its sentence
-that a host table names (``cache_indirection``, (sentences, beams, capacity) int32, DecoderMaskedMultiHeadAttention's
-own mechanism), so a reorder rewrites that table only. Sentences leaving, or changing order, move whole blocks of
-the cache and their cross keys/values by one Gather on the device (``io.BoundIO.take``); a sentence's beams share
-its cross keys/values (``group``).
+``select`` moves no cache for the beam's reordering: each row writes its new key/value in its own slot, and reads
+each earlier position from the row of its sentence that a host table names (``cache_indirection``, (sentences,
+beams, capacity) int32, DecoderMaskedMultiHeadAttention's own mechanism), so a reorder rewrites that table only. A
+sentence that leaves or moves changes the state's map from the search's sentences to the batch's blocks
+(``DeviceState.blocks``); finished sentences run on, unread, until the read ones fall to ``COMPACT_BELOW`` of the
+blocks, and only then are the read blocks of the cache and their cross keys/values gathered to the front by one
+Gather on the device (``io.BoundIO.take``). A sentence's beams share its cross keys/values (``group``).
 
 It runs wherever ONNX Runtime has kernels for the device's ops: the CUDA graphs also run on the CPU provider
 (DecoderMaskedMultiHeadAttention and MultiHeadAttention have fp32 CPU kernels), which is how they are proven
@@ -36,7 +37,7 @@ from aiayn.core import contract
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_SERVING
 from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.fused import SelectionHeadSteps, bind_head, distinct, ortvalue, run_length
+from aiayn.engines.onnx.fused import COMPACT_BELOW, SelectionHeadSteps, bind_head, distinct, ortvalue, run_length
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving_spec import SERVING_OPS, ServingOps
@@ -78,8 +79,26 @@ class DeviceBatch:
 
 @dataclass(frozen=True)
 class DeviceState:
+    """The search's view of a batch: its sentence s is the batch's block ``blocks[s]`` (finished sentences' blocks run
+    on, unread, until compaction)."""
+
     batch: DeviceBatch
     version: int
+    blocks: np.ndarray  # (search sentences,) physical block of each
+
+    @property
+    def identity(self) -> bool:
+        return self.blocks.size == self.batch.sentences and bool((self.blocks == np.arange(self.blocks.size)).all())
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(search rows,) the physical row of each."""
+        g = self.batch.group
+        return (self.blocks[:, None] * g + np.arange(g)).reshape(-1)
+
+
+def fresh_state(batch: DeviceBatch) -> DeviceState:
+    return DeviceState(batch, batch.version, np.arange(batch.sentences))
 
 
 class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
@@ -150,7 +169,7 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         src_mask = (src_ids != self.pad_id).astype(np.int32)
         feeds = {contract.SRC_IDS: src_ids, contract.SRC_MASK: src_mask}
         _, (cross,) = self.io.encode(feeds, [serving_spec.CROSS_KV], src_mask)
-        return DeviceState(DeviceBatch(cross, src_mask), 0)
+        return fresh_state(DeviceBatch(cross, src_mask))
 
     # -- decoder -----------------------------------------------------------------------------------------
 
@@ -229,10 +248,12 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         return batch
 
     def run_step(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], DeviceState]:
-        """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for every row."""
+        """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for the search's rows."""
         batch = self.consume(state)
-        if tgt_ids.ndim != 2 or tgt_ids.shape[0] != batch.rows:
-            raise ValueError(f"tgt_ids must be (rows, new_len) with {batch.rows} rows, got {tgt_ids.shape}")
+        rows = None if state.identity else state.rows
+        n = batch.rows if rows is None else rows.size
+        if tgt_ids.ndim != 2 or tgt_ids.shape[0] != n:
+            raise ValueError(f"tgt_ids must be (rows, new_len) with {n} rows, got {tgt_ids.shape}")
         if batch.binding is None or batch.cache is None:
             self.bind(batch)
         for column in range(tgt_ids.shape[1]):
@@ -241,44 +262,49 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
                 self.grow(batch)
             if batch.bound_k != k:
                 self.bind_outputs(batch, k)
-            batch.ids[:] = tgt_ids[:, column]
+            if rows is None:
+                batch.ids[:] = tgt_ids[:, column]
+            else:
+                batch.ids[rows] = tgt_ids[:, column]  # other rows (finished sentences) run on, unread
             batch.indirection[:, :, batch.past_len] = np.arange(batch.group)  # each row's new key/value: its own
             for name, position in batch.positions.items():
                 position.fill(batch.past_len + (name == serving_spec.TOTAL_LEN))
             self.decoder.run_with_iobinding(batch.binding)
             batch.past_len += 1
-        return tuple(out.copy() for out in batch.outputs), DeviceState(batch, batch.version)
+        outputs = tuple(out.copy() if rows is None else out[rows] for out in batch.outputs)
+        return outputs, DeviceState(batch, batch.version, state.blocks)
 
     # -- row selection -----------------------------------------------------------------------------------
 
     def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
         """The search's new rows, ``rows`` of the old ones: within sentence blocks, by the indirection table alone;
-        blocks that leave or move, by a Gather on the device; anything else, by way of the host."""
+        sentences that leave or move, by the state's map of blocks, until so few are read that the read blocks are
+        gathered to the front on the device; anything else, by way of the host."""
         rows = np.asarray(rows, dtype=np.int64)
         batch = self.consume(state)
         g, t = batch.group, batch.past_len
-        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= batch.rows)):
-            raise ValueError(f"rows must be indices below {batch.rows}")
+        n = state.blocks.size * g
+        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= n)):
+            raise ValueError(f"rows must be indices below {n}")
         blocks = (rows // g).reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g) old sentences
         if batch.cache is None and g == 1 and (k := run_length(rows)) and distinct(rows[::k]):
-            return DeviceState(self.regrouped(batch, rows[::k], k), 0)  # the beam's k copies, before any step
+            return fresh_state(self.regrouped(batch, state.blocks[rows[::k]], k))  # the beam's k copies, at the start
         if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
-            return DeviceState(self.regrouped(batch, rows // g, 1, self.materialized(batch, rows)), 0)
-        sentences, beams = blocks[:, 0], (rows % g).reshape(-1, g)  # (new sentences,), (new sentences, g)
-        if sentences.size == batch.sentences and bool((sentences == np.arange(sentences.size)).all()):
-            if batch.cache is not None:  # the beams' reordering: their histories only
-                histories = batch.indirection[:, :, :t]
-                histories[:] = np.take_along_axis(histories, beams[:, :, None], axis=1)
-            return DeviceState(batch, batch.version)
+            physical = state.rows[rows]
+            return fresh_state(self.regrouped(batch, physical // g, 1, self.materialized(batch, physical)))
+        read = state.blocks[blocks[:, 0]]  # (new sentences,) the physical blocks still read
+        if batch.cache is not None:  # the beams' reordering: their histories only
+            beams = (rows % g).reshape(-1, g)[:, :, None]
+            batch.indirection[read, :, :t] = np.take_along_axis(batch.indirection[read, :, :t], beams, axis=1)
+        if not 0 < read.size <= COMPACT_BELOW * batch.sentences:
+            return DeviceState(batch, batch.version, read)
         cache = None
         if batch.cache is not None:
-            whole_blocks = (sentences[:, None] * g + np.arange(g)).reshape(-1)
-            cache = self.io.take([batch.cache], whole_blocks, axis=1)[0]
-        fresh = self.regrouped(batch, sentences, g, cache)
+            cache = self.io.take([batch.cache], (read[:, None] * g + np.arange(g)).reshape(-1), axis=1)[0]
+        fresh = self.regrouped(batch, read, g, cache)
         if cache is not None:
-            fresh.indirection = np.ascontiguousarray(batch.indirection[sentences])
-            fresh.indirection[:, :, :t] = np.take_along_axis(fresh.indirection[:, :, :t], beams[:, :, None], axis=1)
-        return DeviceState(fresh, 0)
+            fresh.indirection = np.ascontiguousarray(batch.indirection[read])
+        return fresh_state(fresh)
 
     def regrouped(
         self, batch: DeviceBatch, sentences: np.ndarray, group: int, cache: ort.OrtValue | None = None
