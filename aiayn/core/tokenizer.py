@@ -98,6 +98,15 @@ class SubwordTokenizer:
         """The vocabulary entry of one id, e.g. ``▁dog`` (the metaspace marks a word start)."""
         return str(self.tokenizer.id_to_token(self._checked([token_id])[0]))
 
+    def vocabulary(self) -> list[str]:
+        """Every vocabulary entry, by id, read in one call (``get_vocab_size`` walks the added tokens each time: id by
+        id, a vocabulary with many of them took half a minute)."""
+        by_token = self.tokenizer.get_vocab(with_added_tokens=True)
+        entries = [""] * self.vocab_size
+        for token, token_id in by_token.items():
+            entries[token_id] = token
+        return entries
+
     def tokens(self, ids: Sequence[int]) -> list[str]:
         """Readable subwords for display (the attention heatmap's labels): word starts shown as ``_dog``."""
         return [self.id_to_token(i).replace(METASPACE, "_") for i in ids]

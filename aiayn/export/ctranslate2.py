@@ -108,7 +108,9 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer) -> object:
     if config.norm_first:
         set_layer_norm(spec.encoder.layer_norm, model.encoder_norm)
         set_layer_norm(spec.decoder.layer_norm, model.decoder_norm)
-    vocabulary = [tokenizer.id_to_token(i) for i in range(config.vocab_size)]
+    vocabulary = tokenizer.vocabulary()
+    if len(vocabulary) != config.vocab_size:
+        raise ValueError(f"the tokenizer has {len(vocabulary)} entries, the config {config.vocab_size}: not one model")
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(vocabulary)
     tokens = config.special_tokens

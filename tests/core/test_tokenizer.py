@@ -61,6 +61,18 @@ def test_tokens_are_readable_and_bad_ids_are_refused(tiny: SubwordTokenizer) -> 
         tiny.tokens([-1])
 
 
+def test_the_vocabulary_is_every_entry_by_id_added_tokens_too(tiny: SubwordTokenizer) -> None:
+    from tokenizers import AddedToken, Tokenizer
+
+    raw = Tokenizer.from_str(tiny.tokenizer.to_str())
+    raw.add_tokens([AddedToken(f"<extra-{i}>", normalized=False) for i in range(300)])
+    grown = SubwordTokenizer(raw)
+    vocabulary = grown.vocabulary()
+    assert len(vocabulary) == grown.vocab_size == tiny.vocab_size + 300
+    assert vocabulary == [grown.id_to_token(i) for i in range(grown.vocab_size)]
+    assert vocabulary[-1] == "<extra-299>"
+
+
 def test_training_is_deterministic() -> None:
     first = train_tokenizer(INVENTED * 3, 250, SpecialTokens())
     second = train_tokenizer(iter(INVENTED * 3), 250, SpecialTokens())

@@ -231,9 +231,10 @@ def test_max_steps_makes_that_many_steps_and_keeps_the_weights_where_it_stops(tm
 
 def test_a_time_limited_run_plans_its_warm_up_from_its_pace(tmp_path: Path) -> None:
     train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
-    out = train(options(tmp_path / "m", epochs=None, time_limit_minutes=0.05, warmup_steps=None), train_data, val)
+    out = train(options(tmp_path / "m", epochs=None, time_limit_minutes=0.08, warmup_steps=None), train_data, val)
     record = json.loads((out / TRAINING_RECORD_FILE).read_text())
-    assert record["stopped_by"] == "time limit" and record["steps"] >= 30
+    # A loaded 2-core machine once made 29 steps in 3 s (the old limit): 10 are enough to plan from.
+    assert record["stopped_by"] == "time limit" and record["steps"] >= 10
     assert record["epochs"][-1]["step"] == record["steps"]  # validated (and kept) where the limit stopped it
     fitted = record["fitted_schedule"]
     assert fitted["warmup_steps"] == max(1, int(fitted["planned_steps"] * 0.25)) < 4000
