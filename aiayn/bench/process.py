@@ -38,8 +38,12 @@ def gpu_mb(pid: int | None = None) -> float:
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0.0
-    used = [float(mb) for line in listing.splitlines() for owner, mb in [line.split(",")] if int(owner) == pid]
-    return sum(used)
+    used = 0.0
+    for line in listing.splitlines():
+        owner, _, mb = line.partition(",")
+        if owner.strip() == str(pid) and mb.strip().isdigit():  # "[N/A]" where the driver does not tell
+            used += float(mb)
+    return used
 
 
 class Worker:

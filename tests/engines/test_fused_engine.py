@@ -35,6 +35,7 @@ from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
 TOLERANCE = 1e-4
+FP16_TOLERANCE = 0.05  # log-probabilities of the fp16 graphs against fp32's (rounding of activations only)
 Engines = tuple[PortableOnnxEngine, ServingOnnxEngine | ResidentServingEngine]
 
 
@@ -261,13 +262,17 @@ def imported_sources(config: ModelConfig, n: int = 50) -> list[list[int]]:
     return [[*rng.integers(2, config.vocab_size - 1, rng.integers(1, 13)).tolist(), eos] for _ in range(n)]
 
 
-def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: ModelFolder) -> None:
+@pytest.mark.parametrize("graphs", ["cpu graphs", "cuda graphs on the cpu provider"])
+def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: ModelFolder, graphs: str) -> None:
     """The serving graphs honour every choice of the config: the same log-probabilities as the contract's graphs
     and PyTorch at every step, and the same greedy and beam-4 outputs."""
     pytest.importorskip("torch")
     folder = imported_like
-    fused = load_engine(folder, ONNX, "cpu", cores=1)
-    assert isinstance(fused, ServingOnnxEngine)
+    if graphs == "cpu graphs":
+        fused: Any = load_engine(folder, ONNX, "cpu", cores=1)
+        assert isinstance(fused, ServingOnnxEngine)
+    else:
+        fused = ResidentServingEngine.load(folder, "cpu")
     portable, torch_engine = load_engine(folder, ONNX_PORTABLE, "cpu", cores=1), load_engine(folder, TORCH)
     src_ids = imported_sources(folder.config)
     for reference in (torch_engine, portable):
@@ -285,3 +290,14 @@ def test_imported_choices_in_int8(imported_like: ModelFolder) -> None:
     int8 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1, variant="int8"))
     outputs = int8.translate_ids(imported_sources(folder.config, 4), SearchSettings(beam_size=4))
     assert len(outputs) == 4 and not any(folder.config.special_tokens.pad in ids for ids in outputs)
+
+
+def test_fp16_graphs_pad_the_output_projection_and_keep_the_log_probabilities(imported_like: ModelFolder) -> None:
+    """The CUDA fp16 graphs (fp16 weights and activations, the projection padded to 8 columns and sliced back, the
+    log-softmax in fp32) against the fp32 ones, on the CPU provider, on a vocabulary that is no multiple of 8."""
+    folder = imported_like
+    assert folder.config.vocab_size % 8
+    fp16 = ResidentServingEngine.load(folder, "cpu", variant="fp16")
+    fp32 = ResidentServingEngine.load(folder, "cpu")
+    diff = max_log_prob_diff(fp32, fp16, imported_sources(folder.config, 20))
+    assert 0 < diff.max_abs_diff <= FP16_TOLERANCE  # not zero: the graphs do run in fp16

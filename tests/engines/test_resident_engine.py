@@ -1,20 +1,19 @@
 """The GPU's serving engine without a GPU: the CUDA serving graphs (DecoderMaskedMultiHeadAttention on a shared
 cache, fp32 and fp16) and the engine that keeps its state in the device's memory, on the CPU provider.
 
-Step by step against the contract's graphs: ``test_fused_engine.py`` (its ``engines`` fixture). Here: whole
-test sets through the one search, imported checkpoints' choices, the fp16 graphs, and which engine a device gets.
+Step by step, on imported checkpoints' choices and in fp16 against fp32: ``test_fused_engine.py`` (parametrized over
+both serving engines). Here: whole test sets through the one search, and which engine a device gets.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines import ONNX, ONNX_PORTABLE, ONNX_SERVING, TORCH
+from aiayn.engines import ONNX, ONNX_SERVING
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.fused import ServingOnnxEngine
@@ -22,11 +21,8 @@ from aiayn.engines.onnx.resident import ResidentServingEngine
 from aiayn.engines.onnx.serving_spec import DMMHA
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.evaluation.metrics import score
-from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
-TOLERANCE = 1e-4
-FP16_TOLERANCE = 0.05  # log-probabilities of the fp16 graphs against fp32's (rounding of activations only)
 FP16_BLEU_MARGIN = 0.2
 
 
@@ -44,47 +40,6 @@ def test_all_test_sentences_translate_as_with_the_contract_graphs(
     for beam in (1, 4):
         settings = SearchSettings.of(folder, beam_size=beam)
         assert resident.translate_ids(src_ids, settings) == portable.translate_ids(src_ids, settings)
-
-
-@pytest.fixture(scope="module", params=["marian_like_folder", "marian_gelu_folder"])
-def imported_like(request: pytest.FixtureRequest) -> ModelFolder:
-    """The tiny folders with an imported checkpoint's choices (``tests/conftest.py``)."""
-    return ModelFolder.open(request.getfixturevalue(request.param))
-
-
-def imported_sources(folder: ModelFolder, n: int = 50) -> list[list[int]]:
-    rng = np.random.default_rng(0)
-    config = folder.config
-    eos = config.special_tokens.eos
-    return [[*rng.integers(2, config.vocab_size - 1, rng.integers(1, 13)).tolist(), eos] for _ in range(n)]
-
-
-def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: ModelFolder) -> None:
-    """Every choice of an imported config (activations, positions' layout, unscaled embeddings, logits bias, the
-    start token never generated): the same log-probabilities at every step and the same greedy and beam-4 outputs."""
-    pytest.importorskip("torch")
-    folder = imported_like
-    resident = ResidentServingEngine.load(folder, "cpu")
-    portable, torch_engine = load_engine(folder, ONNX_PORTABLE, "cpu", cores=1), load_engine(folder, TORCH)
-    src_ids = imported_sources(folder)
-    for reference in (torch_engine, portable):
-        assert max_log_prob_diff(reference, resident, src_ids).max_abs_diff <= TOLERANCE
-    translators = [translator_for(folder, engine) for engine in (torch_engine, portable, resident)]
-    for beam in (1, 4):
-        settings = SearchSettings(beam_size=beam)
-        for reference in translators[:2]:
-            assert count_identical(reference, translators[2], src_ids, settings) == len(src_ids)
-
-
-def test_fp16_graphs_pad_the_output_projection_and_keep_the_log_probabilities(imported_like: ModelFolder) -> None:
-    """The fp16 graphs (fp16 weights and activations, the projection padded to 8 columns and sliced back, the
-    log-softmax in fp32) against the fp32 ones, on a vocabulary that is no multiple of 8."""
-    folder = imported_like
-    assert folder.config.vocab_size % 8
-    fp16 = ResidentServingEngine.load(folder, "cpu", variant="fp16")
-    fp32 = ResidentServingEngine.load(folder, "cpu")
-    diff = max_log_prob_diff(fp32, fp16, imported_sources(folder, 20))
-    assert 0 < diff.max_abs_diff <= FP16_TOLERANCE  # not zero: the graphs do run in fp16
 
 
 def test_fp16_graphs_score_within_0_2_bleu(bundled: dict[str, Path], multi30k_dir: Path) -> None:

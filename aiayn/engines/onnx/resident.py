@@ -27,6 +27,7 @@ without a GPU (``tests/engines/test_resident_engine.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -86,11 +87,11 @@ class DeviceState:
     version: int
     blocks: np.ndarray  # (search sentences,) physical block of each
 
-    @property
+    @cached_property
     def identity(self) -> bool:
         return self.blocks.size == self.batch.sentences and bool((self.blocks == np.arange(self.blocks.size)).all())
 
-    @property
+    @cached_property
     def rows(self) -> np.ndarray:
         """(search rows,) the physical row of each."""
         g = self.batch.group
@@ -141,18 +142,15 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         device: str = "cuda",
         variant: str = "fp32",
         lanes: int = 1,
-        ops: ServingOps | None = None,
     ) -> ResidentServingEngine:
-        """Build the CUDA serving graphs of ``variant`` (``RESIDENT_VARIANTS``; or the graphs of ``ops``) from a model
-        folder's config.json and model.safetensors and open them on ``device`` (a resolved one: cuda, or cpu to run
-        the same graphs on the CPU provider)."""
+        """Build the CUDA serving graphs of ``variant`` (one of ``RESIDENT_VARIANTS``) from a model folder's
+        config.json and model.safetensors and open them on ``device`` (a resolved one: cuda, or cpu to run the same
+        graphs on the CPU provider)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        if ops is None:
-            if variant not in RESIDENT_VARIANTS:
-                raise ValueError(
-                    f"--variant {variant} is not built for a GPU; choose one of {', '.join(RESIDENT_VARIANTS)}"
-                )
-            ops = SERVING_OPS["cuda", variant]
+        if variant not in RESIDENT_VARIANTS:
+            choices = ", ".join(RESIDENT_VARIANTS)
+            raise ValueError(f"--variant {variant} is not built for a GPU; choose one of {choices}")
+        ops = SERVING_OPS["cuda", variant]
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
         weights = load_file(str(folder.weights_file))
@@ -286,13 +284,13 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         n = state.blocks.size * g
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= n)):
             raise ValueError(f"rows must be indices below {n}")
-        blocks = (rows // g).reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g) old sentences
+        of = (rows // g).reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g) each row's old sentence
         if batch.cache is None and g == 1 and (k := run_length(rows)) and distinct(rows[::k]):
             return fresh_state(self.regrouped(batch, state.blocks[rows[::k]], k))  # the beam's k copies, at the start
-        if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
+        if of is None or not (of == of[:, :1]).all() or not distinct(of[:, 0]):
             physical = state.rows[rows]
             return fresh_state(self.regrouped(batch, physical // g, 1, self.materialized(batch, physical)))
-        read = state.blocks[blocks[:, 0]]  # (new sentences,) the physical blocks still read
+        read = state.blocks[of[:, 0]]  # (new sentences,) the physical blocks still read
         if batch.cache is not None:  # the beams' reordering: their histories only
             beams = (rows % g).reshape(-1, g)[:, :, None]
             batch.indirection[read, :, :t] = np.take_along_axis(batch.indirection[read, :, :t], beams, axis=1)
