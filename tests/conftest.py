@@ -8,17 +8,21 @@ import subprocess
 import sys
 import time
 import urllib.request
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import bundled_models
 from aiayn.data.multi30k import find_data_dir
+from aiayn.engines.onnx.serving_spec import CACHE_INDIRECTION, HOST_READ
 
 INVENTED = [
     "the red cat sleeps on the old chair.",
@@ -241,3 +245,54 @@ def served_space(python: Path, space: Path, log: Path, timeout_s: float = 180) -
 def serve_space() -> Callable[..., AbstractContextManager[str]]:
     """``with serve_space(python, space_dir, log) as url:`` — an exported Space's app.py as a Space runs it."""
     return served_space
+
+
+@contextmanager
+def cuda_binding_rules() -> Iterator[None]:
+    """CUDA's I/O binding rules on the CPU provider, for the sessions of the CUDA serving decoder (those with a
+    cache indirection input): a host array bound to an input that the kernel reads from device memory is copied when
+    it is bound (``IOBinding.cc``, ``CopyOneInputAcrossDevices``), so a later NumPy write to it is never seen; the
+    inputs of ``HOST_READ`` stay aliased, as on a GPU. Memory that ONNX Runtime allocated for the device (``device``
+    OrtValues, which are host memory here) is bound by reference, as on a GPU. Without it the CPU provider aliases
+    every host array and hides what a GPU would do."""
+    host_arrays: weakref.WeakSet[ort.OrtValue] = weakref.WeakSet()
+    from_numpy, io_binding = ort.OrtValue.ortvalue_from_numpy, ort.InferenceSession.io_binding
+    bind_cpu_input, bind_ortvalue_input = ort.IOBinding.bind_cpu_input, ort.IOBinding.bind_ortvalue_input
+    on_gpu: weakref.WeakSet[ort.IOBinding] = weakref.WeakSet()
+
+    def wrap(array: np.ndarray, *args: Any, **kwargs: Any) -> ort.OrtValue:
+        value = from_numpy(array, *args, **kwargs)
+        host_arrays.add(value)
+        return value
+
+    def new_binding(session: ort.InferenceSession) -> ort.IOBinding:
+        binding = io_binding(session)
+        if CACHE_INDIRECTION in {i.name for i in session.get_inputs()}:
+            on_gpu.add(binding)
+        return binding
+
+    def copied(binding: ort.IOBinding, name: str) -> bool:
+        return binding in on_gpu and name not in HOST_READ
+
+    def bind_array(binding: ort.IOBinding, name: str, array: np.ndarray) -> None:
+        bind_cpu_input(binding, name, np.array(array, copy=True) if copied(binding, name) else array)
+
+    def bind_value(binding: ort.IOBinding, name: str, value: ort.OrtValue) -> None:
+        if copied(binding, name) and value in host_arrays:
+            value = from_numpy(value.numpy().copy())
+        bind_ortvalue_input(binding, name, value)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ort.OrtValue, "ortvalue_from_numpy", wrap)
+        patch.setattr(ort.InferenceSession, "io_binding", new_binding)
+        patch.setattr(ort.IOBinding, "bind_cpu_input", bind_array)
+        patch.setattr(ort.IOBinding, "bind_ortvalue_input", bind_value)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def under_cuda_rules() -> Iterator[None]:
+    """Every test runs the CUDA serving graphs under CUDA's binding rules (other sessions are untouched; on a GPU the
+    rules are ONNX Runtime's own)."""
+    with cuda_binding_rules():
+        yield

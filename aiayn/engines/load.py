@@ -70,7 +70,7 @@ def load_engine(
         return TorchEngine(load_model(folder), torch_device(device))
     from aiayn.engines.onnx.engine import PortableOnnxEngine
     from aiayn.engines.onnx.fused import ServingOnnxEngine
-    from aiayn.engines.onnx.resident import RESIDENT_VARIANTS, ResidentServingEngine
+    from aiayn.engines.onnx.resident import RESIDENT_VARIANTS, load_checked
     from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
@@ -84,7 +84,7 @@ def load_engine(
     if engine == ONNX_PORTABLE or variant not in serving:
         return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
     if device == "cuda":
-        return ResidentServingEngine.load(folder, "cuda", variant, lanes)
+        return load_checked(folder, "cuda", variant, lanes)
     return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
 
 

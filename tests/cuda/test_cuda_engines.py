@@ -28,11 +28,12 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
-from aiayn.engines.load import translator_for
+from aiayn.engines import ONNX
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.fused import ServingOnnxEngine
 from aiayn.engines.onnx.io import BoundIO
-from aiayn.engines.onnx.resident import ResidentServingEngine
+from aiayn.engines.onnx.resident import ResidentServingEngine, load_checked
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
@@ -144,6 +145,20 @@ def test_the_serving_engine_on_cuda_gives_the_ids_of_the_cpu_engines(
     )
     for reference, rows in differing.items():
         assert not rows, f"{len(rows)} of {len(ids)} sentences differ from the {reference}: {rows[:10]}"
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_the_serving_engine_passes_its_self_check_on_the_device(
+    bundled: dict[str, Path], device: str, variant: str
+) -> None:
+    """What `--engine onnx` loads on the device is the serving engine, checked against the CPU serving graphs at load
+    (not the exported graphs it falls back to when the check fails)."""
+    folder = ModelFolder.open(bundled["en-de"])
+    engine = load_checked(folder, device, variant, 1)
+    record(test="self-check", device=device, variant=variant, engine=type(engine).__name__)
+    assert isinstance(engine, ResidentServingEngine) and engine.provider == provider_of(device)
+    if device == "cuda":
+        assert isinstance(load_engine(folder, ONNX, device, variant), ResidentServingEngine)
 
 
 @pytest.fixture(scope="module")

@@ -7,23 +7,28 @@ both serving engines). Here: whole test sets through the one search, and which e
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_SERVING
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.onnx import key_layout, resident
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.fused import ServingOnnxEngine
-from aiayn.engines.onnx.resident import ResidentServingEngine
+from aiayn.engines.onnx.resident import ResidentServingEngine, load_checked, unservable
 from aiayn.engines.onnx.serving_spec import DMMHA
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.evaluation.metrics import score
 from aiayn.search.translator import SearchSettings
 
 FP16_BLEU_MARGIN = 0.2
+WRONG = "decoder_layers.0.self_attn.w_v.weight"  # a weight the self-check must notice
 
 
 @pytest.mark.parametrize("name", ["en-de", "de-en"])
@@ -70,3 +75,51 @@ def test_each_device_gets_its_serving_engine(bundled: dict[str, Path]) -> None:
         pytest.skip("ONNX Runtime runs on a GPU here: tests/cuda covers it")
     with pytest.raises(ValueError, match="--device cuda: ONNX Runtime cannot run .* on a GPU here"):
         load_engine(folder, ONNX_SERVING, "cuda", "fp16", cores=1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_key_layout_is_the_cuda_kernels(dtype: type) -> None:
+    """Against a NumPy model of DecoderMaskedMultiHeadAttention's CUDA key layout: key (row, head, position, i) sits
+    at [row, head, i // x, position, i % x], x = 16 bytes of the dtype; values stay plain."""
+    rng = np.random.default_rng(0)
+    rows, heads, capacity, d_head = 3, 2, 5, 32
+    cache = rng.standard_normal((4, rows, heads, capacity, d_head)).astype(dtype)  # 2 layers: keys at 0 and 2
+    x = key_layout.key_chunk("cuda", np.dtype(dtype), d_head)
+    assert x == 16 // np.dtype(dtype).itemsize
+    kernel = key_layout.in_kernel_layout(cache, x)
+    r, h, t, i = 2, 1, 3, 13
+    flat = kernel[2, r, h].reshape(-1)  # layer 1's keys of one row and head, as the kernel reads the bytes
+    assert flat[(i // x) * capacity * x + t * x + i % x] == cache[2, r, h, t, i]
+    np.testing.assert_array_equal(kernel[1::2], cache[1::2])
+    np.testing.assert_array_equal(key_layout.plain(kernel, x), cache)
+    assert key_layout.key_chunk("cpu", np.dtype(dtype), d_head) == d_head  # one chunk: the CPU's plain layout
+    np.testing.assert_array_equal(key_layout.in_kernel_layout(cache, d_head), cache)
+
+
+def test_a_head_size_the_cuda_kernel_lacks_is_named(bundled: dict[str, Path]) -> None:
+    config = ModelFolder.open(bundled["en-de"]).config
+    assert unservable(config, "cuda") == "" and unservable(config, "cpu") == ""
+    odd = dataclasses.replace(config, d_model=80, n_heads=2)  # head size 40
+    assert unservable(odd, "cuda") == "its head size 40 is none of the CUDA attention kernel's (32, 64, 128)"
+    assert unservable(odd, "cpu") == ""
+
+
+def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
+    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check at load: the true graphs pass it and serve; graphs built from a wrong weight fail it, and the
+    exported graphs serve instead, with one line saying why."""
+    folder = ModelFolder.open(bundled["en-de"])
+    assert isinstance(load_checked(folder, "cpu", "fp32", 1), ResidentServingEngine)
+    assert isinstance(load_checked(folder, "cpu", "fp16", 1), ResidentServingEngine)
+    build = resident.build_serving_graphs
+
+    def broken(config: Any, weights: dict[str, np.ndarray], *args: Any, **kwargs: Any) -> Any:
+        wrong = dict(weights, **{WRONG: weights[WRONG] * 1.5})
+        return build(config, wrong, *args, **kwargs)
+
+    monkeypatch.setattr(resident, "build_serving_graphs", broken)
+    engine = load_checked(folder, "cpu", "fp32", 1)
+    assert isinstance(engine, PortableOnnxEngine)
+    message = capsys.readouterr().err.strip().splitlines()
+    assert len(message) == 1 and "differ from the CPU serving graphs' by up to" in message[0], message

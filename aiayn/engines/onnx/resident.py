@@ -26,6 +26,7 @@ without a GPU (``tests/engines/test_resident_engine.py``).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -35,10 +36,12 @@ import onnxruntime as ort
 from safetensors.numpy import load_file
 
 from aiayn.core import contract
+from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_SERVING
-from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.fused import COMPACT_BELOW, SelectionHeadSteps, bind_head, distinct, ortvalue, run_length
+from aiayn.engines.onnx import key_layout, self_check, serving_spec
+from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.fused import COMPACT_BELOW, SelectionHeadSteps, ServingOnnxEngine, distinct, run_length
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving_spec import SERVING_OPS, ServingOps
@@ -46,6 +49,35 @@ from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device
 from aiayn.search.greedy import EXTRA_LEN
 
 RESIDENT_VARIANTS = tuple(variant for device, variant in SERVING_OPS if device == "cuda")
+
+
+def unservable(config: ModelConfig, device: str) -> str:
+    """Why the serving graphs cannot run a model of ``config`` on ``device`` at all, or ""."""
+    d_head = config.d_head
+    if device == "cuda" and d_head not in serving_spec.CUDA_HEAD_SIZES:
+        sizes = ", ".join(map(str, serving_spec.CUDA_HEAD_SIZES))
+        return f"its head size {d_head} is none of the CUDA attention kernel's ({sizes})"
+    return ""
+
+
+def load_checked(
+    folder: ModelFolder, device: str, variant: str, lanes: int
+) -> ResidentServingEngine | PortableOnnxEngine:
+    """The serving engine on ``device`` once it has checked itself against the CPU serving graphs
+    (``self_check``); where it cannot run the folder or fails the check, the exported contract graphs on the same
+    device, saying why in one line."""
+    reason = unservable(folder.config, device)
+    if not reason:
+        engine = ResidentServingEngine.load(folder, device, variant, lanes)
+        reference = ServingOnnxEngine.load(folder, 1)
+        reason = self_check.disagreement(engine, reference, folder.config.vocab_size, engine.ops.dtype)
+        if not reason:
+            return engine
+    print(
+        f"the serving graphs cannot serve {folder.path} on {device}: {reason}; the exported graphs serve it instead",
+        file=sys.stderr,
+    )
+    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
 
 
 @dataclass(eq=False)
@@ -62,12 +94,13 @@ class DeviceBatch:
     past_len: int = 0
     version: int = 0  # bumped by every step: a state of an older version is consumed
     binding: ort.IOBinding | None = None
-    bound_k: int = 0  # the k the output arrays are bound for
-    # Small host inputs, bound once per binding and written in place each step.
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (rows,)
-    positions: dict[str, np.ndarray] = field(default_factory=dict)  # the step's position inputs, by name
-    outputs: tuple[np.ndarray, ...] = ()  # (rows, k) values and ids, on the host
-    keep_alive: list[ort.OrtValue] = field(default_factory=list)  # host OrtValues the binding refers to
+    bound_k: int = 0  # the k the outputs are bound for
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (rows,) the step's tokens, on the host
+    # The inputs a step rewrites, each an OrtValue where its kernel reads it (``serving_spec.HOST_READ``), bound once
+    # and written only through ONNX Runtime (``update_inplace``): a GPU copies a host array when it is bound, so a
+    # NumPy write behind a bound value would never be seen there.
+    step_inputs: dict[str, ort.OrtValue] = field(default_factory=dict)
+    outputs: tuple[ort.OrtValue, ...] = ()  # (rows, k) values and ids, on the device: read by copying
 
     @property
     def sentences(self) -> int:
@@ -132,6 +165,7 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         positions = (serving_spec.SEQLENS_K, serving_spec.TOTAL_LEN, serving_spec.PAST_LEN)
         self.position_specs = [t for t in decoder_spec.inputs if t.name in positions]
         self.input_names = {t.name for t in decoder_spec.inputs}
+        self.key_chunk = key_layout.key_chunk(self.device, self.dtype, self.config.d_head)
         check_built_graph(encoder, serving_spec.serving_encoder_spec(self.config, ops))
         check_built_graph(decoder, decoder_spec)
 
@@ -188,6 +222,11 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         """Cache positions to allocate: the search's default limit, source length + 50 (it grows if exceeded)."""
         return int(batch.cross.shape()[3]) + EXTRA_LEN + 1
 
+    def allocate(self, shape: list[int], dtype: type, name: str) -> ort.OrtValue:
+        """An OrtValue for input ``name`` where its kernel reads it: host memory or the device's."""
+        where = "cpu" if name in serving_spec.HOST_READ else self.device
+        return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, where, 0)
+
     def bind(self, batch: DeviceBatch) -> None:
         """Bind every decoder input and the cache outputs of ``batch`` (once per batch, again after a select)."""
         rows, cfg = batch.rows, self.config
@@ -197,46 +236,66 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
             batch.cache = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.dtype.type, self.device, 0)
             batch.indirection = np.zeros((batch.sentences, batch.group, capacity), np.int32)
         batch.ids = np.full(rows, self.eos_id, np.int64)
-        batch.positions = {
-            t.name: np.zeros([rows if axis == "rows" else int(axis) for axis in t.shape], np.int32)
-            for t in self.position_specs
-        }
-        host = {
-            contract.TGT_IDS: batch.ids,
-            **batch.positions,
+        binding = self.decoder.io_binding()
+        batch.step_inputs = {contract.TGT_IDS: self.allocate([rows], np.int64, contract.TGT_IDS)}
+        if (name := serving_spec.CACHE_INDIRECTION) in self.input_names:
+            batch.step_inputs[name] = self.allocate(list(batch.indirection.shape), np.int32, name)
+        for spec in self.position_specs:
+            shape = [rows if axis == "rows" else int(axis) for axis in spec.shape]
+            batch.step_inputs[spec.name] = self.allocate(shape, np.int32, spec.name)
+        for name, value in batch.step_inputs.items():
+            binding.bind_ortvalue_input(name, value)
+        constants = {  # copied where their kernels read them, once: never written after
             serving_spec.BEAM_WIDTH: np.array([batch.group], np.int32),
-            serving_spec.CACHE_INDIRECTION: batch.indirection,
             serving_spec.GROUP_SHAPE: np.array([batch.sentences, batch.group, cfg.d_model], np.int64),
             contract.SRC_MASK: batch.src_mask,
         }
-        binding = self.decoder.io_binding()
-        batch.keep_alive = []
-        for name, array in host.items():
+        for name, array in constants.items():
             if name in self.input_names:
-                value = ortvalue(array)
-                binding.bind_ortvalue_input(name, value)
-                batch.keep_alive.append(value)
+                binding.bind_cpu_input(name, array)
         self.bind_slices(binding, batch.cross, self.cross_names, [])
         self.bind_slices(binding, batch.cache, self.cache_names, self.present_names)
         batch.binding, batch.bound_k = binding, 0
 
     def bind_outputs(self, batch: DeviceBatch, k: int) -> None:
-        """(Re)bind the head's host outputs for ``k`` best tokens per row."""
+        """(Re)bind the head's ``k`` and its (rows, k) outputs, left on the device."""
         assert batch.binding is not None
-        batch.outputs = bind_head(batch.binding, batch.rows, k, batch.keep_alive)
+        batch.binding.bind_cpu_input(contract.TOP_K, np.array([k], np.int64))
+        batch.outputs = (
+            ort.OrtValue.ortvalue_from_shape_and_type([batch.rows, k], np.float32, self.device, 0),
+            ort.OrtValue.ortvalue_from_shape_and_type([batch.rows, k], np.int64, self.device, 0),
+        )
+        for name, value in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
+            batch.binding.bind_ortvalue_output(name, value)
         batch.bound_k = k
+
+    def write_step_inputs(self, batch: DeviceBatch) -> None:
+        """The step's tokens, positions and indirection table, written into the bound values by ONNX Runtime."""
+        position = {serving_spec.TOTAL_LEN: batch.past_len + 1}
+        for name, value in batch.step_inputs.items():
+            if name == contract.TGT_IDS:
+                value.update_inplace(batch.ids)
+            elif name == serving_spec.CACHE_INDIRECTION:
+                value.update_inplace(batch.indirection)
+            else:
+                value.update_inplace(np.full(value.shape(), position.get(name, batch.past_len), np.int32))
 
     def grow(self, batch: DeviceBatch) -> None:
         """Double the cache capacity (a search whose limit exceeds source length + 50) by way of the host: rare."""
         assert batch.cache is not None
-        old, t = batch.cache.numpy(), batch.past_len
+        old, t = key_layout.plain(batch.cache.numpy(), self.key_chunk), batch.past_len
         cache = np.zeros((*old.shape[:3], 2 * old.shape[3], old.shape[4]), old.dtype)
         cache[:, :, :, :t] = old[:, :, :, :t]
-        batch.cache = ort.OrtValue.ortvalue_from_numpy(cache, self.device, 0)
+        batch.cache = self.on_device(cache)
         indirection = np.zeros((*batch.indirection.shape[:2], cache.shape[3]), np.int32)
         indirection[:, :, :t] = batch.indirection[:, :, :t]
         batch.indirection = indirection
         self.bind(batch)
+
+    def on_device(self, plain_cache: np.ndarray) -> ort.OrtValue:
+        """A plain cache copied to the device in its kernel's key layout."""
+        cache = key_layout.in_kernel_layout(plain_cache, self.key_chunk)
+        return ort.OrtValue.ortvalue_from_numpy(cache, self.device, 0)
 
     def consume(self, state: DeviceState) -> DeviceBatch:
         batch = state.batch
@@ -265,11 +324,11 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
             else:
                 batch.ids[rows] = tgt_ids[:, column]  # other rows (finished sentences) run on, unread
             batch.indirection[:, :, batch.past_len] = np.arange(batch.group)  # each row's new key/value: its own
-            for name, position in batch.positions.items():
-                position.fill(batch.past_len + (name == serving_spec.TOTAL_LEN))
+            self.write_step_inputs(batch)
             self.decoder.run_with_iobinding(batch.binding)
             batch.past_len += 1
-        outputs = tuple(out.copy() if rows is None else out[rows] for out in batch.outputs)
+        # numpy() copies from a GPU but is a view of host memory the next step overwrites: a copy either way
+        outputs = tuple(out.numpy().copy() if rows is None else out.numpy()[rows] for out in batch.outputs)
         return outputs, DeviceState(batch, batch.version, state.blocks)
 
     # -- row selection -----------------------------------------------------------------------------------
@@ -321,8 +380,8 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         sentences, which the searches never make (they keep each sentence's beams together)."""
         if batch.cache is None:
             return None
-        cache, g, t = batch.cache.numpy(), batch.group, batch.past_len
+        cache, g, t = key_layout.plain(batch.cache.numpy(), self.key_chunk), batch.group, batch.past_len
         history = rows[:, None] // g * g + batch.indirection.reshape(batch.rows, -1)[rows, :t]  # (new rows, t)
-        own = np.empty((cache.shape[0], rows.size, *cache.shape[2:]), cache.dtype)
+        own = np.zeros((cache.shape[0], rows.size, *cache.shape[2:]), cache.dtype)
         own[:, :, :, :t] = cache[:, history, :, np.arange(t)].transpose(2, 0, 3, 1, 4)  # (rows, t, kv, h, d) → …
-        return ort.OrtValue.ortvalue_from_numpy(own, self.device, 0)
+        return self.on_device(own)

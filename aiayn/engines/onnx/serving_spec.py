@@ -27,6 +27,14 @@ from aiayn.core.contract import (
 CROSS_KV, SEQLENS_K, TOTAL_LEN, GROUP_SHAPE = "cross_kv", "seqlens_k", "total_len", "group_shape"
 PAST_LEN, BEAM_WIDTH, CACHE_INDIRECTION = "past_len", "beam_width", "cache_indirection"
 
+# The inputs a CUDA kernel reads from host memory (declared as CPU inputs in its kernel definition): the cached length
+# and beam width of DecoderMaskedMultiHeadAttention (``decoder_masked_multihead_attention.cc``), Reshape's shape and
+# TopK's k. ONNX Runtime copies every other input bound from the host to the device when it is bound (``IOBinding``),
+# so a value the engine rewrites each step lives where its kernel reads it and is written through ONNX Runtime.
+HOST_READ = frozenset({PAST_LEN, BEAM_WIDTH, GROUP_SHAPE, TOP_K_INPUT.name})
+# The head sizes DecoderMaskedMultiHeadAttention's CUDA kernel is compiled for ("Unsupported head size" otherwise).
+CUDA_HEAD_SIZES = (32, 64, 128)
+
 # The decoder's self-attention kernels. GroupQueryAttention: per-row lengths, CPU kernels in fp32 (its CUDA kernel
 # is fp16/bf16 and causal-only). DecoderMaskedMultiHeadAttention: one new token per row after one shared length
 # (every row of a batch is at the same step), fp32 and fp16 on CUDA, a CPU kernel too; head sizes 32, 64 and 128 on
