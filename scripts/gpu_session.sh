@@ -66,10 +66,10 @@ pack() {
   "$PYTHON" -m pip download -q "${PIP_TARGET_FLAGS[@]}" -d "$tmp/wheels" "$ORT_WHEEL" "$CT2_WHEEL" "$SENTENCEX_WHEEL"
   for wheel in "$tmp"/wheels/*.whl; do unzip -q -o "$wheel" -d "$tmp/site"; done
   local ort=$tmp/site/onnxruntime
-  # What `import onnxruntime` on CUDA never loads: the C API library (the Python module links ONNX Runtime in),
-  # TensorRT's provider, and the Python tools.
-  rm -rf "$ort"/capi/libonnxruntime.so.* "$ort"/capi/libonnxruntime_providers_tensorrt.so \
-    "$ort"/transformers "$ort"/quantization "$ort"/tools
+  # What the tests never load: the C API library (the Python module links ONNX Runtime in), TensorRT's provider,
+  # the quantization and model tools (onnxruntime.transformers stays: the fp16 export uses it).
+  rm -rf "$ort"/capi/libonnxruntime.so.* "$ort"/capi/libonnxruntime_providers_tensorrt.so "$ort"/quantization \
+    "$ort"/tools
   "$PYTHON" "$REPO/scripts/prune_cubins.py" "$ort/capi/libonnxruntime_providers_cuda.so" "$sm"
   (cd "$tmp/site" && ls -d onnxruntime* sentencex* >"$tmp/ort.list" && ls -d ctranslate2* >"$tmp/ct2.list")
   # shellcheck disable=SC2046  # the names are words
@@ -125,9 +125,9 @@ use_site() {
   export PYTHONPATH=$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}
   [[ $DRY_RUN == 1 ]] && return
   local libs cublas
-  libs=$("$PYTHON" -c 'import nvidia; print(" ".join(nvidia.__path__))' | xargs -n1 -I{} find {} -name 'lib*.so*' \
+  libs=$("$PYTHON" -c 'import nvidia; print(" ".join(nvidia.__path__))' | xargs -I{} find {} -name 'lib*.so*' \
     -printf '%h\n' | sort -u | paste -sd:) || true
-  cublas=$(tr ':' '\n' <<<"$libs" | while read -r dir; do ls "$dir"/libcublas.so.13 2>/dev/null; done | head -1)
+  cublas=$(tr ':' '\n' <<<"$libs" | while read -r dir; do ls "$dir"/libcublas.so.13 2>/dev/null || true; done | head -1)
   if [[ -n $cublas ]]; then
     mkdir -p /tmp/cublas12 && ln -sf "$cublas" /tmp/cublas12/libcublas.so.12
     libs=/tmp/cublas12:$libs

@@ -196,9 +196,10 @@ def run_bench(
     plan: Plan = FULL,
     framings: tuple[Framing, ...] = FRAMINGS,
     configs: tuple[tuple[int, int], ...] = CONFIGS,
+    with_serving: bool = True,
 ) -> BenchResult:
     """Every setup of every framing in its own process, taking turns round by round, in each (beam, batch) of
-    ``configs``; the serving row after."""
+    ``configs``; the serving row (the page server on the CPU) after, ``with_serving``."""
     setups = setups_of(framings)
 
     def request(name: str, beam: int, batch: int) -> dict[str, Any]:
@@ -208,11 +209,12 @@ def run_bench(
     with tempfile.TemporaryDirectory() as tmp:
         copy = prepare(folder, Path(tmp) / "model")
         measured, _ = measure_rounds(copy.path, setups, plan.rounds, configs, request)
-        serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds)
+        serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds) if with_serving else []
     rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]
     order = {setup.label: i for i, setup in enumerate(setups)}
     rows.sort(key=lambda r: (order[r.engine], r.search, r.batch))
-    return BenchResult(rows, ratios(measured, framings, configs), serving_summary(serving), plan.rounds)
+    summary = serving_summary(serving) if serving else None
+    return BenchResult(rows, ratios(measured, framings, configs), summary, plan.rounds)
 
 
 def format_table(rows: list[Row]) -> str:

@@ -84,7 +84,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     corpus = load_split_for(folder, "test_2016_flickr", args.data)
     plan, base_plan = (QUICK, BASE_QUICK) if args.quick else (FULL, BASE_FULL)
     if args.device == "cuda":  # the bundled model and the base size, greedy and beam 4 up to batches of 128
-        result = run_bench(folder, corpus.src, corpus.tgt, plan, (ON_CUDA,), CUDA_CONFIGS)
+        result = run_bench(folder, corpus.src, corpus.tgt, plan, (ON_CUDA,), CUDA_CONFIGS, with_serving=False)
         base = run_base_bench(folder, corpus.src, base_plan, framings=(ON_CUDA,), configs=CUDA_CONFIGS)
     else:
         result = run_bench(folder, corpus.src, corpus.tgt, plan, FRAMINGS)
