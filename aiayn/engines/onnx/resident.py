@@ -240,6 +240,7 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         batch.step_inputs = {contract.TGT_IDS: self.allocate([rows], np.int64, contract.TGT_IDS)}
         if (name := serving_spec.CACHE_INDIRECTION) in self.input_names:
             batch.step_inputs[name] = self.allocate(list(batch.indirection.shape), np.int32, name)
+            batch.step_inputs[name].update_inplace(batch.indirection)  # as it stays with one row per sentence
         for spec in self.position_specs:
             shape = [rows if axis == "rows" else int(axis) for axis in spec.shape]
             batch.step_inputs[spec.name] = self.allocate(shape, np.int32, spec.name)
@@ -276,7 +277,8 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
             if name == contract.TGT_IDS:
                 value.update_inplace(batch.ids)
             elif name == serving_spec.CACHE_INDIRECTION:
-                value.update_inplace(batch.indirection)
+                if batch.group > 1:  # with one row per sentence the table stays as bound (zeros: its own row)
+                    value.update_inplace(batch.indirection)
             else:
                 value.update_inplace(np.full(value.shape(), position.get(name, batch.past_len), np.int32))
 

@@ -37,8 +37,9 @@ ORT_TYPES = {
 }
 ORT_WARNING, ORT_ERROR = 2, 3  # logger severities: 2 is ONNX Runtime's default
 # fp32 stays fp32 on a GPU: the CUDA provider would otherwise run fp32 matrix products in TF32 (10-bit
-# mantissas) on Ampere and newer GPUs, and the CUDA engine could not give the CPU engine's very outputs.
-CUDA_OPTIONS = {"use_tf32": "0"}
+# mantissas) on Ampere and newer GPUs, and the CUDA engine could not give the CPU engine's very outputs. Its memory
+# arena grows by what is asked, not to the next power of two (the first GPU run held 4.3× CTranslate2's memory).
+CUDA_OPTIONS = {"use_tf32": "0", "arena_extend_strategy": "kSameAsRequested"}
 Providers = list[str | tuple[str, dict[str, str]]]  # names, or (name, provider options)
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
