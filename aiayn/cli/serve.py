@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, add_variant_flag, port_number
+from aiayn.core.dependencies import PAGE_ONLY, TESTED, untested_line
 from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
 
@@ -70,6 +71,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
     lines = read_input(args)
     check_output(args.output)
     clauses = not args.no_clauses
+    warning = untested_line(tuple(name for name in TESTED if name not in PAGE_ONLY))
+    if warning:
+        print(warning, file=sys.stderr)
     service = TranslationService(args.engine, args.device, args.threads, clauses, args.variant)
     model = service.model(args.model)
     engine = f"engine {model.engine.name}, execution provider: {model.provider}, {args.variant} weights"

@@ -7,18 +7,15 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+from aiayn.core.dependencies import untested_line
 from aiayn.serve.memory import bound_server_memory
 
 if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded: ONNX Runtime starts a thread
     import gradio as gr
     from starlette.routing import BaseRoute
 
-# The Gradio releases the page, its API and the crowd bench were run with; others get a warning at start, since
-# the page leans on how Gradio batches, bounds its queue and keeps sessions (docs/serve.md).
-TESTED_GRADIO = ((6, 31), (7, 0))  # from, up to but not including
 MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
 # Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
 # sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
@@ -28,20 +25,6 @@ SESSIONS_KEPT = 100
 # server does not open, its cost growing with the traffic: through Gradio's environment variables it keeps 100,
 # and never summarises them.
 GRADIO_SETTINGS = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": str(2**62)}
-
-
-def gradio_warning(installed: str | None = None) -> str | None:
-    """A line for a Gradio release (default: the installed one) outside ``TESTED_GRADIO``, else None."""
-    installed = installed or version("gradio")
-    (low, high), parts = TESTED_GRADIO, installed.split(".")
-    try:
-        release = (int(parts[0]), int(parts[1]))
-    except (IndexError, ValueError):
-        release = (0, 0)
-    if low <= release < high:
-        return None
-    tested = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    return f"warning: the page was tested with gradio{tested}, this is {installed}; pip install 'gradio{tested}'"
 
 
 def port_error(host: str, port: int) -> ValueError:
@@ -104,7 +87,7 @@ def serve(
 
     for name, value in GRADIO_SETTINGS.items():  # read when the page's queue is made
         os.environ.setdefault(name, value)
-    warning = gradio_warning()
+    warning = untested_line()  # the page leans on how Gradio batches, bounds its queue and keeps sessions
     if warning:
         print(warning, file=sys.stderr)
     check_port(host, port)

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.contract import IR_VERSION, OPSET
-from aiayn.engines.onnx import block_quant
+from aiayn.engines.onnx import block_quant, kernel_rows
 from aiayn.engines.onnx.block_quant import (
     VARIANTS,
     BlockScheme,
@@ -16,6 +16,7 @@ from aiayn.engines.onnx.block_quant import (
     quantize_gather,
     quantize_matmul,
 )
+from aiayn.engines.onnx.kernel_rows import instruction_set, matmul_session, padded, row_multiple
 
 MS_DOMAIN = "com.microsoft"
 SCHEMES = {
@@ -78,22 +79,37 @@ def test_matmul_nbits_computes_with_the_dequantized_weight(name):
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_a_row_of_matmul_nbits_never_depends_on_the_other_rows(name):
-    """int8 compute quantizes each row's activations on their own, so a row's result is the same bits in any
-    batch of ``min_rows`` rows or more: a single row takes ONNX Runtime's one-row kernel, which sums in another
-    order for 4-bit weights (last bits only) and in the same one for 8-bit."""
+    """int8 compute quantizes each row's activations on their own, so a row's result is the same bits in any batch
+    whose rows are a multiple of this machine's row tile (``kernel_rows.row_multiple``, which the engine pads every
+    batch to): slices of 1 to 16 rows, from even and odd rows, against the same rows inside a batch of 64."""
+    scheme = VARIANTS[name]
+    where = f"ONNX Runtime {ort.__version__} on {instruction_set()}"
+    multiple = row_multiple(scheme)
+    assert multiple is not None, f"no row padding makes {name}'s MatMulNBits kernel row-independent, {where}"
     rng = np.random.default_rng(1)
-    k, n = 256, 96
-    quantized = quantize_matmul(rng.normal(0, 0.05, (k, n)).astype(np.float32), VARIANTS[name])
-    x = rng.normal(0, 1, (33, k)).astype(np.float32)
-    together = run_one_node("MatMulNBits", {"x": x}, quantized.constants(), **quantized.attributes)
-    for start, stop in ((0, 2), (7, 10), (31, 33)):
-        apart = run_one_node("MatMulNBits", {"x": x[start:stop]}, quantized.constants(), **quantized.attributes)
-        np.testing.assert_array_equal(apart, together[start:stop])
-    alone = run_one_node("MatMulNBits", {"x": x[:1]}, quantized.constants(), **quantized.attributes)
-    if VARIANTS[name].min_rows == 1:
-        np.testing.assert_array_equal(alone[0], together[0])
-    else:
-        np.testing.assert_allclose(alone[0], together[0], rtol=1e-5, atol=1e-5)
+    k, n = 512, 256
+    session = matmul_session(quantize_matmul(rng.normal(0, 0.05, (k, n)).astype(np.float32), scheme))
+    x = rng.normal(0, 1, (64, k)).astype(np.float32)
+    together = session.run(None, {"x": x})[0]
+    for m in range(1, 17):
+        for start in (0, 7, 64 - m):
+            alone = session.run(None, {"x": padded(x[start : start + m], multiple)})[0][:m]
+            message = f"{m} rows from row {start}, padded to a multiple of {multiple}, {where}"
+            np.testing.assert_array_equal(alone, together[start : start + m], err_msg=message)
+
+
+def test_the_row_probe_names_the_instruction_set_and_warns_where_no_padding_helps(tmp_path, monkeypatch, capsys):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma avx_vnni\n")
+    assert instruction_set(cpuinfo) == "AVX-VNNI"
+    cpuinfo.write_text("flags\t\t: avx2 fma avx512f avx512bw avx512dq avx512vl avx_vnni\n")
+    assert instruction_set(cpuinfo) == "AVX-512"
+    assert instruction_set(tmp_path / "none") == "an unknown instruction set (no /proc/cpuinfo)"
+    assert kernel_rows.rows_for(None) == 1 and not capsys.readouterr().err
+    monkeypatch.setattr(kernel_rows, "row_multiple", lambda scheme, threads: None)
+    assert kernel_rows.rows_for(VARIANTS["w4"]) == 1
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "4-bit MatMulNBits kernel on this CPU" in warning
 
 
 @pytest.mark.parametrize("name", SCHEMES)

@@ -12,7 +12,9 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import BLOCK_VARIANTS, ONNX
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.fused import ServingOnnxEngine
+from aiayn.engines.onnx.kernel_rows import instruction_set, row_multiple
 from aiayn.search.translator import SearchSettings, Translator
 
 
@@ -33,24 +35,32 @@ def engine(folder: ModelFolder, variant: str) -> ServingOnnxEngine:
     return engine
 
 
-def alone_and_in_batches(engine: ServingOnnxEngine, folder: ModelFolder, src_ids: list[list[int]], beam: int):
-    """Each source searched on its own, and all of them in batches of up to 32 (the translator's grouping)."""
+def alone_and_in_batches(
+    engine: ServingOnnxEngine, folder: ModelFolder, src_ids: list[list[int]], beam: int, batch: int = 32
+):
+    """Each source searched on its own, and all of them in batches of up to ``batch`` (the translator's grouping)."""
     settings = SearchSettings(beam_size=beam)
     alone = Translator(engine, folder.tokenizer, folder.config.max_len, max_sentences=1)
-    together = Translator(engine, folder.tokenizer, folder.config.max_len, max_sentences=32)
+    together = Translator(engine, folder.tokenizer, folder.config.max_len, max_sentences=batch)
     return [alone.outputs([s], settings)[0] for s in src_ids], together.outputs(src_ids, settings)
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_batch_mates_change_no_bit_of_a_translation(engine: ServingOnnxEngine, folder: ModelFolder, beam: int) -> None:
-    """Sources of one length (so that no batch pads them): the very same outputs and log-probabilities, bit for
-    bit, alone as in a batch of 32, while sentences leave the batch one by one (the 4-bit graphs' spare rows)."""
+@pytest.mark.parametrize("beam", [1, 3, 4])
+def test_batch_mates_change_no_bit_of_a_translation(
+    engine: ServingOnnxEngine, folder: ModelFolder, variant: str, beam: int
+) -> None:
+    """Sources of one odd length (so that no batch pads them, and an odd batch runs an odd number of tokens): the
+    very same outputs and log-probabilities, bit for bit, alone as in batches of 32 and of 5 (odd: 13 sentences
+    make 13, and 5 + 5 + 3), while sentences leave a batch one by one (the spare rows of ``fused.py``)."""
+    where = f"{variant} on {instruction_set()}, rows padded to a multiple of {engine.row_multiple}"
+    assert row_multiple(VARIANTS[variant]) is not None, f"no padding makes the kernel row-independent: {where}"
     rng = np.random.default_rng(beam)
     eos = folder.config.special_tokens.eos
-    src_ids = [[*rng.integers(4, folder.config.vocab_size, 7).tolist(), eos] for _ in range(40)]
-    alone, together = alone_and_in_batches(engine, folder, src_ids, beam)
-    assert [o.tokens for o in alone] == [o.tokens for o in together]
-    assert [o.log_prob for o in alone] == [o.log_prob for o in together]
+    src_ids = [[*rng.integers(4, folder.config.vocab_size, 6).tolist(), eos] for _ in range(13)]
+    for batch in (32, 5):
+        alone, together = alone_and_in_batches(engine, folder, src_ids, beam, batch)
+        assert [o.tokens for o in alone] == [o.tokens for o in together], where
+        assert [o.log_prob for o in alone] == [o.log_prob for o in together], where
 
 
 def test_batch_mates_change_no_translation(engine: ServingOnnxEngine, folder: ModelFolder, multi30k_dir: Path) -> None:

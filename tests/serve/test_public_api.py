@@ -7,10 +7,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
-from aiayn.serve.server import TESTED_GRADIO, gradio_warning
-
 ROOT = Path(__file__).resolve().parents[2]
 # In a module that uses Gradio or ONNX Runtime: a private attribute (one underscore) of any object but its own,
 # and Gradio's modules that its documentation does not name (its queue, server messages, data classes, routes).
@@ -34,17 +30,6 @@ def test_no_private_attribute_of_gradio_or_onnx_runtime_is_used() -> None:
         if PRIVATE.search(line)
     ]
     assert found == []
-
-
-@pytest.mark.parametrize(
-    ("version", "warned"), [("6.31.0", False), ("6.40.2", False), ("6.30.9", True), ("7.0.0", True), ("5.9", True)]
-)
-def test_a_gradio_release_outside_the_tested_range_is_named_at_start(version: str, warned: bool) -> None:
-    warning = gradio_warning(version)
-    assert (warning is not None) == warned
-    low, high = TESTED_GRADIO
-    if warning is not None:
-        assert version in warning and f"gradio>={low[0]}.{low[1]},<{high[0]}.{high[1]}" in warning
 
 
 def test_no_function_of_the_serving_package_is_over_60_lines() -> None:

@@ -23,7 +23,8 @@ CHUNK_ROWS = 4096  # rows quantized at a time
 class BlockScheme:
     """How one variant quantizes: code width, block length along the input dimension, zero points or not, and
     ``MatMulNBits``'s ``accuracy_level`` (4: the activations are quantized to int8 per row and block inside the
-    op, so a row's result never depends on the other rows; 0: they stay fp32 and the weight is dequantized)."""
+    op, so a row's result depends on no other row once the kernel's row tiles are whole, ``kernel_rows.py``; 0:
+    they stay fp32 and the weight is dequantized)."""
 
     bits: int
     block_size: int
@@ -35,13 +36,6 @@ class BlockScheme:
             raise ValueError(f"block quantization takes 4 or 8 bits, not {self.bits}")
         if self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ValueError(f"the block size must be a power of two ≥ 16, not {self.block_size}")
-
-    @property
-    def min_rows(self) -> int:
-        """The fewest rows a graph of this scheme may run, so that a row's result never depends on the rows beside
-        it: ONNX Runtime's one-row kernel sums 4-bit blocks in another order than its kernel for several rows
-        (for 8-bit blocks in the same one)."""
-        return 2 if self.bits == 4 else 1
 
 
 VARIANTS: dict[str, BlockScheme] = {

@@ -18,9 +18,10 @@ cross keys/values, which are never repeated per beam. ``select`` is cheap:
 - anything else (rows repeated across sentences, say) falls back to a general
   gather into fresh buffers with one row per sentence.
 
-A graph of 4-bit blocks never runs on fewer than two physical rows (``BlockScheme.min_rows``): a lone greedy
-sentence gets a second, unread copy, and compaction keeps a spare block, so that a sentence's translation is
-the same alone or among others.
+A graph of weight-only blocks runs its encoder and decoder on a multiple of the rows that this machine's
+``MatMulNBits`` kernel tiles (``row_multiple``, probed at load by ``kernel_rows.py``; 2 on every x86 CPU): unread
+copies of the first sentence make up the rows, and compaction keeps spare blocks, so that a sentence's translation
+is the same bits alone or among others.
 
 States are linear: ``step_top``/``step``/``select`` consume their state (the buffers
 are updated in place) and a consumed state refuses to be used again.
@@ -28,6 +29,7 @@ are updated in place) and a consumed state refuses to be used again.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -43,6 +45,7 @@ from aiayn.engines import ONNX_SERVING, default_cores
 from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.kernel_rows import rows_for
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving_spec import CPU_OPS
@@ -169,12 +172,12 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
         decoder: Path | bytes,
         threads: int = 2,
         lanes: int = 1,
-        min_rows: int = 1,
+        row_multiple: int = 1,
     ) -> None:
-        """Sessions of the serving graphs ``encoder`` and ``decoder`` (files, or serialized graphs), which run on
-        ``min_rows`` physical rows at least."""
+        """Sessions of the serving graphs ``encoder`` and ``decoder`` (files, or serialized graphs), whose every
+        run has a multiple of ``row_multiple`` rows (tokens in the encoder, physical rows in the decoder)."""
         self.folder, self.config = folder, config
-        self.min_rows = min_rows
+        self.row_multiple = row_multiple
         self.provider = CPU
         self.threads, self.lanes = threads, lanes
         tokens = config.special_tokens
@@ -214,25 +217,30 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
             if variant == "int8":
                 int8_encoder, int8_decoder = quantize_int8(encoder, INT8_OPS), quantize_int8(decoder, INT8_OPS)
                 return cls(folder, folder.config, int8_encoder, int8_decoder, threads, lanes)
-            min_rows = scheme.min_rows if scheme else 1
-            return cls(folder, folder.config, encoder, decoder, threads, lanes, min_rows)
+            return cls(folder, folder.config, encoder, decoder, threads, lanes, rows_for(scheme, threads))
 
     # -- encoder -----------------------------------------------------------------------------------------
 
     def start(self, src_ids: np.ndarray) -> FusedState:
-        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)  # (batch, src_len)
         batch, src_len = src_ids.shape
+        # Unread copies of the first sentence make up the rows: the encoder's (sentences · src_len tokens), then the
+        # decoder's (sentences), each a multiple of ``row_multiple``, with the fewest copies the encoder can run.
+        step = self.row_multiple // math.gcd(self.row_multiple, src_len)
+        encoded, decoded = -(-batch // step) * step, -(-batch // self.row_multiple) * self.row_multiple
+        if encoded > batch:
+            src_ids = np.concatenate([src_ids, np.repeat(src_ids[:1], encoded - batch, axis=0)])
+        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)  # (encoded, src_len)
         src_mask = (src_ids != self.pad_id).astype(np.int32)
-        cross = np.empty((self.n_kv, batch, self.config.n_heads, src_len, self.config.d_head), np.float32)
+        cross = np.empty((self.n_kv, encoded, self.config.n_heads, src_len, self.config.d_head), np.float32)
         binding = self.encoder.io_binding()
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
         binding.bind_ortvalue_input(contract.SRC_IDS, values[0])
         binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
         binding.bind_ortvalue_output(serving_spec.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
-        if batch < self.min_rows:  # unread copies of the first sentence make up the rows
-            cross = np.concatenate([cross, np.repeat(cross[:, :1], self.min_rows - batch, axis=1)], axis=1)
-            src_mask = np.concatenate([src_mask, np.repeat(src_mask[:1], self.min_rows - batch, axis=0)])
+        if decoded > encoded:
+            cross = np.concatenate([cross, np.repeat(cross[:, :1], decoded - encoded, axis=1)], axis=1)
+            src_mask = np.concatenate([src_mask, np.repeat(src_mask[:1], decoded - encoded, axis=0)])
         return state_of(Batch(cross, src_mask), np.arange(batch))
 
     # -- decoder -----------------------------------------------------------------------------------------
@@ -347,9 +355,10 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
         return state_of(batch, parents)
 
     def with_spare_blocks(self, batch: Batch, slots: np.ndarray) -> np.ndarray:
-        """``slots`` (physical blocks), then as many others as make up ``min_rows`` rows (they run on, unread)."""
-        missing = -(-self.min_rows // batch.group) - slots.size
-        if missing <= 0:
+        """``slots`` (physical blocks), then as many others as make the rows a multiple of ``row_multiple`` (they
+        run on, unread)."""
+        missing = -slots.size % (self.row_multiple // math.gcd(self.row_multiple, batch.group))
+        if missing == 0:
             return slots
         spare = np.setdiff1d(np.arange(batch.sentences), slots)[:missing]
         return np.concatenate([slots, spare])
@@ -406,8 +415,8 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
         """Any selection: a fresh batch with one row per sentence (the source side gathered per row)."""
         batch = self.consume(state)
         physical = state.rows[rows]  # (new rows,)
-        if 0 < physical.size < self.min_rows:  # unread copies of the first row make up the rows
-            physical = np.concatenate([physical, np.repeat(physical[:1], self.min_rows - physical.size)])
+        if physical.size % self.row_multiple:  # unread copies of the first row make up the rows
+            physical = np.concatenate([physical, np.repeat(physical[:1], -physical.size % self.row_multiple)])
         blocks = physical // batch.group
         fresh = Batch(np.ascontiguousarray(batch.cross[:, blocks]), np.ascontiguousarray(batch.src_mask[blocks]))
         fresh.past_len = batch.past_len
