@@ -107,7 +107,7 @@ CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
 
 def device_framing(device: str, variants: tuple[str, ...] = ("fp32", "fp16")) -> Framing:
     """Ours against CTranslate2 on one ``device``, each of ``variants``, one stream each (``--device cuda``: ours is
-    the serving engine with its state on the GPU, ``engines/onnx/resident.py``)."""
+    the serving engine with its state on the GPU, ``engines/onnx/serving.py``)."""
     setups = tuple(Setup(f"{engine} {v}", device=device) for v in variants for engine in (ONNX, "ctranslate2"))
     label = {setup.engine: setup.label for setup in setups}
     return Framing(

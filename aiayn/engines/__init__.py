@@ -20,7 +20,7 @@ def default_cores() -> int:
 
 
 # One name per engine, in the CLI's --engine, the bench's rows and the logs. onnx-serving: the serving graphs built
-# from the weights (``onnx/fused.py``, CPU only); onnx-portable: the contract's graphs (``onnx/engine.py``, the
+# from the weights for the device (``onnx/serving.py``); onnx-portable: the contract's graphs (``onnx/engine.py``, the
 # reference, and what a GPU runs); torch: PyTorch itself. ``onnx`` names no engine but a choice: ``load.load_engine``
 # takes the fastest ONNX Runtime engine for the device, and the engine then says which it is.
 ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH = "onnx", "onnx-serving", "onnx-portable", "torch"

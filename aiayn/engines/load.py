@@ -4,6 +4,7 @@ installed), and the translator over an engine."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
@@ -20,8 +21,6 @@ from aiayn.engines import (
 )
 from aiayn.search.translator import Translator
 
-FUSED_VARIANTS = ("fp32", *BLOCK_VARIANTS, "int8")  # the serving graphs' variants
-
 
 def installed_engine() -> str:
     """The engine a command takes when none is named: PyTorch where it is installed (the full install),
@@ -37,8 +36,8 @@ def load_engine(
 ) -> Engine[Any]:
     """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (``variant``: one of
     ``VARIANTS``) or PyTorch (fp32). "onnx" is the serving engine, built from the weights for the device: on a CPU
-    (fp32, w8, w4, int8; ``onnx/fused.py``) or on a GPU with its state on the device (fp32, fp16;
-    ``onnx/resident.py``); the variants it has no graphs for on that device (int8 on a GPU, fp16 on a CPU) run the
+    (fp32, w8, w4, int8) or on a GPU with its state on the device (fp32, fp16), checked at load there
+    (``onnx/serving.py``); the variants it has no graphs for on that device (int8 on a GPU, fp16 on a CPU) run the
     exported contract graphs.
 
     ``cores`` (default: the machine's, at most ``MAX_CORES``): on a CPU, ONNX Runtime runs that many lanes of one
@@ -69,23 +68,45 @@ def load_engine(
             ) from None
         return TorchEngine(load_model(folder), torch_device(device))
     from aiayn.engines.onnx.engine import PortableOnnxEngine
-    from aiayn.engines.onnx.fused import ServingOnnxEngine
-    from aiayn.engines.onnx.resident import RESIDENT_VARIANTS, load_checked
+    from aiayn.engines.onnx.serving import SERVING_VARIANTS, ServingEngine
     from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
     device = "cpu" if variant in BLOCK_VARIANTS else resolve_device(device)
-    serving = {"cpu": FUSED_VARIANTS, "cuda": RESIDENT_VARIANTS}[device]
+    serving = SERVING_VARIANTS[device]
     if engine == ONNX_SERVING and variant not in serving:
+        cpu, cuda = (", ".join(SERVING_VARIANTS[d]) for d in ("cpu", "cuda"))
         raise ValueError(
-            f"the {ONNX_SERVING} engine runs {', '.join(FUSED_VARIANTS)} on a CPU and {', '.join(RESIDENT_VARIANTS)} "
-            f"on a GPU; use --engine {ONNX_PORTABLE} for --variant {variant} there"
+            f"the {ONNX_SERVING} engine runs {cpu} on a CPU and {cuda} on a GPU; "
+            f"use --engine {ONNX_PORTABLE} for --variant {variant} there"
         )
     if engine == ONNX_PORTABLE or variant not in serving:
         return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
     if device == "cuda":
-        return load_checked(folder, "cuda", variant, lanes)
-    return ServingOnnxEngine.load(folder, 1, variant=variant, lanes=lanes)
+        return serving_checked(folder, "cuda", variant, lanes)
+    return ServingEngine.load(folder, "cpu", variant, lanes)
+
+
+def serving_checked(folder: ModelFolder, device: str, variant: str, lanes: int) -> Engine[Any]:
+    """The serving engine on ``device`` once it has checked itself against the CPU serving graphs
+    (``onnx/self_check.py``); where it cannot run the folder or fails the check, the exported contract graphs on the
+    same device, saying why in one line. (``device`` cpu runs the CUDA graphs on the CPU provider, as the tests do.)"""
+    from aiayn.engines.onnx import self_check
+    from aiayn.engines.onnx.engine import PortableOnnxEngine
+    from aiayn.engines.onnx.serving import ServingEngine, unservable
+
+    reason = unservable(folder.config, device)
+    if not reason:
+        engine = ServingEngine.load(folder, device, variant, lanes, graphs_for="cuda")
+        reference = ServingEngine.load(folder, "cpu")
+        reason = self_check.disagreement(engine, reference, folder.config.vocab_size, engine.ops.dtype)
+        if not reason:
+            return engine
+    print(
+        f"the serving graphs cannot serve {folder.path} on {device}: {reason}; the exported graphs serve it instead",
+        file=sys.stderr,
+    )
+    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

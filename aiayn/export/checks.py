@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import ParallelCorpus
+from aiayn.engines import default_cores
 from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.fused import ServingOnnxEngine
+from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.evaluate import evaluate
 from aiayn.evaluation.metrics import Scores
@@ -93,7 +94,7 @@ def prove_serving_graphs(
 ) -> list[str]:
     """The CPU serving graphs (built from the same weights when an engine loads) against the contract's
     graphs just proven: the same tolerance and identical translations, or the export fails."""
-    fused = translator_for(folder, ServingOnnxEngine.load(folder))
+    fused = translator_for(folder, ServingEngine.load(folder, "cpu", lanes=default_cores()))
     report = check_logits(reference.engine, fused.engine, src_ids[:PARITY_SENTENCES])
     lines = [f"serving graphs: max |log-prob difference| vs decoder.onnx = {report.max_abs_diff:.2e}"]
     checked = src_ids[:check_sentences]

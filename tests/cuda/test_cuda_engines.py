@@ -1,6 +1,6 @@
 """On a GPU (issues #24, #39): each CUDA engine against the CPU fp32 engine on all of test_2016_flickr, and the page.
 
-- the serving engine on CUDA (``engines/onnx/resident.py``: the serving graphs built for CUDA, the state on the
+- the serving engine on CUDA (``engines/onnx/serving.py``: the serving graphs built for CUDA, the state on the
   device), fp32: the very ids of the CPU fp32 engines (the contract's graphs, and the CPU serving graphs), greedy
   and beam 4; fp16: BLEU within 0.2 of the CPU fp32 engine's;
 - the contract's fp32 graphs on CUDA, the decoder state bound on the device
@@ -29,11 +29,11 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
 from aiayn.engines import ONNX
-from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.load import load_engine, serving_checked, translator_for
+from aiayn.engines.onnx.device_buffers import DeviceBuffers
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.fused import ServingOnnxEngine
 from aiayn.engines.onnx.io import BoundIO
-from aiayn.engines.onnx.resident import ResidentServingEngine, load_checked
+from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
@@ -121,14 +121,14 @@ def test_the_serving_engine_on_cuda_gives_the_ids_of_the_cpu_engines(
     bundled: dict[str, Path], device: str, sentences: int, name: str, beam: int
 ) -> None:
     folder = bundled[name]
-    engine = ResidentServingEngine.load(folder, device)
+    engine = ServingEngine.load(folder, device, graphs_for="cuda")
     assert engine.provider == provider_of(device)
     started = time.perf_counter()
     ids = translate_ids(engine, folder, beam, sentences)
     seconds = time.perf_counter() - started
     references = {
         "contract graphs": cpu_fp32_ids(folder, beam, sentences),
-        "cpu serving graphs": translate_ids(ServingOnnxEngine.load(folder, 1), folder, beam, sentences),
+        "cpu serving graphs": translate_ids(ServingEngine.load(folder), folder, beam, sentences),
     }
     differing = {
         reference: [i for i, (a, b) in enumerate(zip(ids, theirs, strict=True)) if a != b]
@@ -154,11 +154,13 @@ def test_the_serving_engine_passes_its_self_check_on_the_device(
     """What `--engine onnx` loads on the device is the serving engine, checked against the CPU serving graphs at load
     (not the exported graphs it falls back to when the check fails)."""
     folder = ModelFolder.open(bundled["en-de"])
-    engine = load_checked(folder, device, variant, 1)
+    engine = serving_checked(folder, device, variant, 1)
     record(test="self-check", device=device, variant=variant, engine=type(engine).__name__)
-    assert isinstance(engine, ResidentServingEngine) and engine.provider == provider_of(device)
+    assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
+    assert engine.provider == provider_of(device)
     if device == "cuda":
-        assert isinstance(load_engine(folder, ONNX, device, variant), ResidentServingEngine)
+        loaded = load_engine(folder, ONNX, device, variant)
+        assert isinstance(loaded, ServingEngine) and isinstance(loaded.buffers, DeviceBuffers)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +194,7 @@ def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
     """The serving graphs built in fp16 (no export needed), and the contract's fp16 graphs as exported."""
     if graphs == "serving":
         folder = bundled[name]
-        engine: Any = ResidentServingEngine.load(folder, device, variant="fp16")
+        engine: Any = ServingEngine.load(folder, device, "fp16", graphs_for="cuda")
     else:
         folder = request.getfixturevalue("fp16_folders")[name]
         engine = PortableOnnxEngine.load(folder, device=device, variant="fp16")

@@ -1,5 +1,5 @@
 """The serving engines (graphs built from the weights) against the contract's graphs and PyTorch: the CPU engine,
-and the device-resident engine with the CUDA graphs run on the CPU provider (``resident.py``).
+and the CUDA graphs with their device state back end, run on the CPU provider (``device_buffers.py``).
 
 Every step of greedy-like and beam-like plans (steps, beams reordered within their sentences, sentences
 leaving, blocks reordered, rows repeated across sentences) must give the same k best tokens and
@@ -21,22 +21,22 @@ import pytest
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import OPSET
-from aiayn.core.folder import ModelFolder
+from aiayn.core.folder import MODEL_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.fused import ServingOnnxEngine
-from aiayn.engines.onnx.resident import ResidentServingEngine
+from aiayn.engines.onnx.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.onnx.serving_graphs import ExternalWeights, GraphBuilder, two_stage_top_k
-from aiayn.engines.onnx.serving_spec import serving_decoder_spec, serving_encoder_spec
-from aiayn.engines.onnx.sessions import check_built_graph, graph_problems
+from aiayn.engines.onnx.serving_spec import CPU_OPS, serving_decoder_spec, serving_encoder_spec
+from aiayn.engines.onnx.sessions import CPU, check_built_graph, graph_problems, open_session
 from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
 TOLERANCE = 1e-4
 FP16_TOLERANCE = 0.05  # log-probabilities of the fp16 graphs against fp32's (rounding of activations only)
-Engines = tuple[PortableOnnxEngine, ServingOnnxEngine | ResidentServingEngine]
+Engines = tuple[PortableOnnxEngine, ServingEngine[Any]]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,8 @@ def model_dir(bundled: dict[str, Path]) -> Path:
 @pytest.fixture(scope="module", params=["cpu graphs", "cuda graphs on the cpu provider"])
 def engines(model_dir: Path, request: pytest.FixtureRequest) -> Engines:
     if request.param == "cpu graphs":
-        return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingOnnxEngine.load(model_dir, threads=1)
-    return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ResidentServingEngine.load(model_dir, "cpu")
+        return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingEngine.load(model_dir)
+    return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingEngine.load(model_dir, graphs_for="cuda")
 
 
 def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> np.ndarray:
@@ -60,9 +60,7 @@ def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> 
     return src
 
 
-def compare(
-    ref: Any, ours: ServingOnnxEngine | ResidentServingEngine, src: np.ndarray, plan: list[str], seed: int
-) -> None:
+def compare(ref: Any, ours: ServingEngine[Any], src: np.ndarray, plan: list[str], seed: int) -> None:
     """Drive both engines through ``plan`` (steps and selections of several kinds) and compare every step."""
     rng = np.random.default_rng(seed)
     a, b = ref.start(src), ours.start(src)
@@ -137,11 +135,11 @@ def test_the_built_graphs_follow_their_declarations(engines: Engines) -> None:
     """The builder and the binding read one declaration (``core/contract.py``); the engine checks it on load."""
     _, ours = engines
     encoder, decoder = serving_encoder_spec(ours.config, ours.ops), serving_decoder_spec(ours.config, ours.ops)
-    for session, spec in ((ours.encoder, encoder), (ours.decoder, decoder)):
+    for session, spec in ((ours.buffers.encoder, encoder), (ours.buffers.decoder, decoder)):
         assert graph_problems(session, spec) == []
     renamed = replace(encoder, outputs=(replace(encoder.outputs[0], name="memory"),))
     with pytest.raises(ValueError, match="serving encoder that aiayn built .* outputs are \\['cross_kv'\\]"):
-        check_built_graph(ours.encoder, renamed)
+        check_built_graph(ours.buffers.encoder, renamed)
 
 
 def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
@@ -150,7 +148,7 @@ def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
     """The serving graphs are written to a temporary directory only while the sessions are built."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    ServingOnnxEngine.load(model_dir, threads=1)
+    ServingEngine.load(model_dir)
     assert list(tmp_path.iterdir()) == []
 
     def no_space(self: ExternalWeights, name: str, value: np.ndarray) -> onnx.TensorProto:
@@ -159,7 +157,7 @@ def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
     monkeypatch.setattr(ExternalWeights, "reference", no_space)
     message = f"cannot write the serving graphs to {tmp_path} .No space left on device.*TMPDIR"
     with pytest.raises(ValueError, match=message):
-        ServingOnnxEngine.load(model_dir, threads=1)
+        ServingEngine.load(model_dir)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -168,8 +166,8 @@ def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
     agreement with fp32 on real sentences."""
     folder = ModelFolder.open(model_dir)
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    fp32 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1))
-    int8 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1, variant="int8"))
+    fp32 = translator_for(folder, ServingEngine.load(folder))
+    int8 = translator_for(folder, ServingEngine.load(folder, variant="int8"))
     src_ids = [fp32.source_ids(s) for s in corpus.src[:40]]
     settings = SearchSettings(beam_size=1)
     quantized, exact = int8.translate_ids(src_ids, settings), fp32.translate_ids(src_ids, settings)
@@ -228,7 +226,9 @@ def test_random_models_against_torch(changes: dict[str, object], tmp_path: Path)
                 param.add_(torch.randn_like(param) * 0.1)
     weights = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     encoder, decoder = build_serving_graphs(config, weights, tmp_path)
-    ours = ServingOnnxEngine(ModelFolder(Path("unused")), config, encoder, decoder, threads=1)
+    sessions = (open_session(graph, [CPU], 1) for graph in (encoder, decoder))
+    folder = ModelFolder(tmp_path, sections={MODEL_SECTION: config.to_dict()})  # the config only: no files
+    ours = ServingEngine(folder, CPU_OPS, HostBuffers(config, *sessions, 1))
     ref = TorchEngine(model)
     for batch in (1, 9):
         src = random_sources(np.random.default_rng(batch), batch, config.vocab_size)
@@ -241,7 +241,7 @@ def test_real_sentences_translate_identically(bundled: dict[str, Path], multi30k
     folder = ModelFolder.open(bundled[name])
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
     portable = translator_for(folder, PortableOnnxEngine.load(folder, "cpu"))
-    fused = translator_for(folder, ServingOnnxEngine.load(folder))
+    fused = translator_for(folder, ServingEngine.load(folder))
     src_ids = [portable.source_ids(s) for s in corpus.src[:200]]
     for beam in (1, 4):
         settings = SearchSettings(beam_size=beam)
@@ -270,9 +270,9 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
     folder = imported_like
     if graphs == "cpu graphs":
         fused: Any = load_engine(folder, ONNX, "cpu", cores=1)
-        assert isinstance(fused, ServingOnnxEngine)
+        assert isinstance(fused.buffers, HostBuffers)
     else:
-        fused = ResidentServingEngine.load(folder, "cpu")
+        fused = ServingEngine.load(folder, graphs_for="cuda")
     portable, torch_engine = load_engine(folder, ONNX_PORTABLE, "cpu", cores=1), load_engine(folder, TORCH)
     src_ids = imported_sources(folder.config)
     for reference in (torch_engine, portable):
@@ -287,7 +287,7 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
 def test_imported_choices_in_int8(imported_like: ModelFolder) -> None:
     """The int8 serving graphs build with every choice (the activations, the logits bias) and translate."""
     folder = imported_like
-    int8 = translator_for(folder, ServingOnnxEngine.load(folder, threads=1, variant="int8"))
+    int8 = translator_for(folder, ServingEngine.load(folder, variant="int8"))
     outputs = int8.translate_ids(imported_sources(folder.config, 4), SearchSettings(beam_size=4))
     assert len(outputs) == 4 and not any(folder.config.special_tokens.pad in ids for ids in outputs)
 
@@ -297,7 +297,7 @@ def test_fp16_graphs_pad_the_output_projection_and_keep_the_log_probabilities(im
     log-softmax in fp32) against the fp32 ones, on the CPU provider, on a vocabulary that is no multiple of 8."""
     folder = imported_like
     assert folder.config.vocab_size % 8
-    fp16 = ResidentServingEngine.load(folder, "cpu", variant="fp16")
-    fp32 = ResidentServingEngine.load(folder, "cpu")
+    fp16 = ServingEngine.load(folder, variant="fp16", graphs_for="cuda")
+    fp32 = ServingEngine.load(folder, graphs_for="cuda")
     diff = max_log_prob_diff(fp32, fp16, imported_sources(folder.config, 20))
     assert 0 < diff.max_abs_diff <= FP16_TOLERANCE  # not zero: the graphs do run in fp16

@@ -17,11 +17,12 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_SERVING
-from aiayn.engines.load import load_engine, translator_for
-from aiayn.engines.onnx import key_layout, resident
+from aiayn.engines.load import load_engine, serving_checked, translator_for
+from aiayn.engines.onnx import key_layout, serving
+from aiayn.engines.onnx.device_buffers import DeviceBuffers
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.fused import ServingOnnxEngine
-from aiayn.engines.onnx.resident import ResidentServingEngine, load_checked, unservable
+from aiayn.engines.onnx.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving import ServingEngine, unservable
 from aiayn.engines.onnx.serving_spec import DMMHA
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.evaluation.metrics import score
@@ -39,12 +40,12 @@ def test_all_test_sentences_translate_as_with_the_contract_graphs(
     folder = ModelFolder.open(bundled[name])
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
     portable = translator_for(folder, PortableOnnxEngine.load(folder, "cpu", threads=1))
-    resident = translator_for(folder, ResidentServingEngine.load(folder, "cpu"))
-    assert resident.engine.ops.self_attention == DMMHA  # type: ignore[attr-defined]
+    cuda_graphs = translator_for(folder, ServingEngine.load(folder, graphs_for="cuda"))
+    assert cuda_graphs.engine.ops.self_attention == DMMHA  # type: ignore[attr-defined]
     src_ids = [portable.source_ids(s) for s in corpus.src]
     for beam in (1, 4):
         settings = SearchSettings.of(folder, beam_size=beam)
-        assert resident.translate_ids(src_ids, settings) == portable.translate_ids(src_ids, settings)
+        assert cuda_graphs.translate_ids(src_ids, settings) == portable.translate_ids(src_ids, settings)
 
 
 def test_fp16_graphs_score_within_0_2_bleu(bundled: dict[str, Path], multi30k_dir: Path) -> None:
@@ -55,7 +56,7 @@ def test_fp16_graphs_score_within_0_2_bleu(bundled: dict[str, Path], multi30k_di
     settings = SearchSettings.of(folder, beam_size=1)
     bleu = {}
     for variant in ("fp32", "fp16"):
-        translator = translator_for(folder, ResidentServingEngine.load(folder, "cpu", variant=variant))
+        translator = translator_for(folder, ServingEngine.load(folder, variant=variant, graphs_for="cuda"))
         bleu[variant] = score(translator.translate(corpus.src, settings), corpus.tgt).bleu
     assert abs(bleu["fp16"] - bleu["fp32"]) <= FP16_BLEU_MARGIN, bleu
 
@@ -64,8 +65,9 @@ def test_each_device_gets_its_serving_engine(bundled: dict[str, Path]) -> None:
     """onnx is the serving engine on both devices; a variant with no serving graphs on a device runs the exported
     graphs with `onnx`, and is refused with `onnx-serving`, saying what to use."""
     folder = ModelFolder.open(bundled["en-de"])
-    assert isinstance(load_engine(folder, ONNX, "cpu", "fp32", cores=1), ServingOnnxEngine)
-    assert isinstance(load_engine(folder, ONNX, "cpu", "w8", cores=1), ServingOnnxEngine)
+    for variant in ("fp32", "w8"):
+        engine = load_engine(folder, ONNX, "cpu", variant, cores=1)
+        assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, HostBuffers)
     with pytest.raises(ValueError, match="runs fp32, w8, w4, int8 on a CPU and fp32, fp16 on a GPU.*onnx-portable"):
         load_engine(folder, ONNX_SERVING, "cpu", "fp16", cores=1)
     with pytest.raises(ValueError, match="--variant w8 is built .* on a CPU"):
@@ -110,16 +112,17 @@ def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
     """The check at load: the true graphs pass it and serve; graphs built from a wrong weight fail it, and the
     exported graphs serve instead, with one line saying why."""
     folder = ModelFolder.open(bundled["en-de"])
-    assert isinstance(load_checked(folder, "cpu", "fp32", 1), ResidentServingEngine)
-    assert isinstance(load_checked(folder, "cpu", "fp16", 1), ResidentServingEngine)
-    build = resident.build_serving_graphs
+    for variant in ("fp32", "fp16"):
+        engine = serving_checked(folder, "cpu", variant, 1)
+        assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
+    build = serving.build_serving_graphs
 
     def broken(config: Any, weights: dict[str, np.ndarray], *args: Any, **kwargs: Any) -> Any:
         wrong = dict(weights, **{WRONG: weights[WRONG] * 1.5})
         return build(config, wrong, *args, **kwargs)
 
-    monkeypatch.setattr(resident, "build_serving_graphs", broken)
-    engine = load_checked(folder, "cpu", "fp32", 1)
+    monkeypatch.setattr(serving, "build_serving_graphs", broken)
+    engine = serving_checked(folder, "cpu", "fp32", 1)
     assert isinstance(engine, PortableOnnxEngine)
     message = capsys.readouterr().err.strip().splitlines()
     assert len(message) == 1 and "differ from the CPU serving graphs' by up to" in message[0], message

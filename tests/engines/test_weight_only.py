@@ -4,6 +4,7 @@ to fp32, and a sentence's translation never depends on the sentences batched wit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,8 +14,9 @@ from aiayn.data.multi30k import load_parallel
 from aiayn.engines import BLOCK_VARIANTS, ONNX
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.block_quant import VARIANTS
-from aiayn.engines.onnx.fused import ServingOnnxEngine
+from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.kernel_rows import instruction_set, row_multiple
+from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.search.translator import SearchSettings, Translator
 
 
@@ -29,14 +31,14 @@ def folder(bundled: dict[str, Path]) -> ModelFolder:
 
 
 @pytest.fixture(scope="module")
-def engine(folder: ModelFolder, variant: str) -> ServingOnnxEngine:
+def engine(folder: ModelFolder, variant: str) -> ServingEngine[Any]:
     engine = load_engine(folder, ONNX, "cpu", variant, cores=1)
-    assert isinstance(engine, ServingOnnxEngine)
+    assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, HostBuffers)
     return engine
 
 
 def alone_and_in_batches(
-    engine: ServingOnnxEngine, folder: ModelFolder, src_ids: list[list[int]], beam: int, batch: int = 32
+    engine: ServingEngine[Any], folder: ModelFolder, src_ids: list[list[int]], beam: int, batch: int = 32
 ):
     """Each source searched on its own, and all of them in batches of up to ``batch`` (the translator's grouping)."""
     settings = SearchSettings(beam_size=beam)
@@ -47,12 +49,12 @@ def alone_and_in_batches(
 
 @pytest.mark.parametrize("beam", [1, 3, 4])
 def test_batch_mates_change_no_bit_of_a_translation(
-    engine: ServingOnnxEngine, folder: ModelFolder, variant: str, beam: int
+    engine: ServingEngine[Any], folder: ModelFolder, variant: str, beam: int
 ) -> None:
     """Sources of one odd length (so that no batch pads them, and an odd batch runs an odd number of tokens): the
     very same outputs and log-probabilities, bit for bit, alone as in batches of 32 and of 5 (odd: 13 sentences
-    make 13, and 5 + 5 + 3), while sentences leave a batch one by one (the spare rows of ``fused.py``)."""
-    where = f"{variant} on {instruction_set()}, rows padded to a multiple of {engine.row_multiple}"
+    make 13, and 5 + 5 + 3), while sentences leave a batch one by one (the spare rows of ``host_buffers.py``)."""
+    where = f"{variant} on {instruction_set()}, rows padded to a multiple of {engine.buffers.row_multiple}"
     assert row_multiple(VARIANTS[variant]) is not None, f"no padding makes the kernel row-independent: {where}"
     rng = np.random.default_rng(beam)
     eos = folder.config.special_tokens.eos
@@ -63,7 +65,7 @@ def test_batch_mates_change_no_bit_of_a_translation(
         assert [o.log_prob for o in alone] == [o.log_prob for o in together], where
 
 
-def test_batch_mates_change_no_translation(engine: ServingOnnxEngine, folder: ModelFolder, multi30k_dir: Path) -> None:
+def test_batch_mates_change_no_translation(engine: ServingEngine[Any], folder: ModelFolder, multi30k_dir: Path) -> None:
     """Real sentences of every length, greedy and beam 4: the same translation alone as in batches of 32 (the
     log-probabilities may differ in their last bits, where attention sums over a padded source; fp32 alike)."""
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
@@ -75,7 +77,7 @@ def test_batch_mates_change_no_translation(engine: ServingOnnxEngine, folder: Mo
 
 
 def test_weight_only_translations_stay_close_to_fp32(
-    engine: ServingOnnxEngine, folder: ModelFolder, variant: str, multi30k_dir: Path
+    engine: ServingEngine[Any], folder: ModelFolder, variant: str, multi30k_dir: Path
 ) -> None:
     """Not exact, so judged by agreement with fp32 on real sentences (BLEU: docs/speed.md)."""
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)

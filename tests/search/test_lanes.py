@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.fused import ServingOnnxEngine
+from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.search.translator import SearchSettings, Translator, split_for_lanes
 
 
@@ -20,7 +20,7 @@ def test_two_lanes_over_one_session_give_one_lanes_outputs(
     folder = ModelFolder.open(bundled["en-de"])
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:120]
-    engine = ServingOnnxEngine.load(folder, threads=1)  # one session: both lanes run it at once
+    engine = ServingEngine.load(folder)  # one session: both lanes run it at once
     one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 8, 4096, lanes) for lanes in (1, 2))
     ids = [one.source_ids(s) for s in sentences]
     settings = SearchSettings(beam)
@@ -54,7 +54,7 @@ def test_one_batch_cut_across_two_lanes_translates_as_one_lane(
     folder = ModelFolder.open(bundled["en-de"])
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:128]
-    engine = ServingOnnxEngine.load(folder, threads=1, lanes=2)
+    engine = ServingEngine.load(folder, lanes=2)
     one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 64, 4096, lanes) for lanes in (1, 2))
     ids = [one.source_ids(s) for s in sentences]
     for start in range(0, len(ids), 32):

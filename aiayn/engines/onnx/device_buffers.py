@@ -1,4 +1,4 @@
-"""The serving engine with its decoder state in the device's memory: what ``--engine onnx`` runs on a GPU.
+"""The serving engine's state in the device's memory: what ``--engine onnx`` keeps on a GPU.
 
 The serving graphs (``serving_graphs.py``) built from the weights for the device's ops
 (``serving_spec.SERVING_OPS``: DecoderMaskedMultiHeadAttention on a cache preallocated to the search's length
@@ -26,58 +26,20 @@ without a GPU (``tests/engines/test_resident_engine.py``).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from safetensors.numpy import load_file
 
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
-from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX_SERVING
-from aiayn.engines.onnx import key_layout, self_check, serving_spec
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.fused import COMPACT_BELOW, SelectionHeadSteps, ServingOnnxEngine, distinct, run_length
+from aiayn.engines.onnx import key_layout, serving_spec
 from aiayn.engines.onnx.io import BoundIO
-from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
-from aiayn.engines.onnx.serving_spec import SERVING_OPS, ServingOps
-from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device
+from aiayn.engines.onnx.rows import COMPACT_BELOW, consume, distinct, run_length
+from aiayn.engines.onnx.serving_spec import ServingOps
+from aiayn.engines.onnx.sessions import CPU
 from aiayn.search.greedy import EXTRA_LEN
-
-RESIDENT_VARIANTS = tuple(variant for device, variant in SERVING_OPS if device == "cuda")
-
-
-def unservable(config: ModelConfig, device: str) -> str:
-    """Why the serving graphs cannot run a model of ``config`` on ``device`` at all, or ""."""
-    d_head = config.d_head
-    if device == "cuda" and d_head not in serving_spec.CUDA_HEAD_SIZES:
-        sizes = ", ".join(map(str, serving_spec.CUDA_HEAD_SIZES))
-        return f"its head size {d_head} is none of the CUDA attention kernel's ({sizes})"
-    return ""
-
-
-def load_checked(
-    folder: ModelFolder, device: str, variant: str, lanes: int
-) -> ResidentServingEngine | PortableOnnxEngine:
-    """The serving engine on ``device`` once it has checked itself against the CPU serving graphs
-    (``self_check``); where it cannot run the folder or fails the check, the exported contract graphs on the same
-    device, saying why in one line."""
-    reason = unservable(folder.config, device)
-    if not reason:
-        engine = ResidentServingEngine.load(folder, device, variant, lanes)
-        reference = ServingOnnxEngine.load(folder, 1)
-        reason = self_check.disagreement(engine, reference, folder.config.vocab_size, engine.ops.dtype)
-        if not reason:
-            return engine
-    print(
-        f"the serving graphs cannot serve {folder.path} on {device}: {reason}; the exported graphs serve it instead",
-        file=sys.stderr,
-    )
-    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
 
 
 @dataclass(eq=False)
@@ -135,64 +97,28 @@ def fresh_state(batch: DeviceBatch) -> DeviceState:
     return DeviceState(batch, batch.version, np.arange(batch.sentences))
 
 
-class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
-    """Encoder and decoder sessions of the serving graphs for ``ops`` on one provider; an ``aiayn.engines.Engine``."""
-
-    name = ONNX_SERVING
+class DeviceBuffers:
+    """The decoder state of the serving graphs for ``ops`` in OrtValues on the sessions' device: encode, step and
+    select, every input written through ONNX Runtime where its kernel reads it."""
 
     def __init__(
-        self,
-        folder: ModelFolder,
-        ops: ServingOps,
-        encoder: ort.InferenceSession,
-        decoder: ort.InferenceSession,
-        lanes: int = 1,
+        self, config: ModelConfig, ops: ServingOps, encoder: ort.InferenceSession, decoder: ort.InferenceSession
     ) -> None:
-        self.folder, self.config, self.ops = folder, folder.config, ops
-        self.encoder, self.decoder = encoder, decoder
+        self.config, self.ops, self.encoder, self.decoder = config, ops, encoder, decoder
         self.provider = decoder.get_providers()[0]
         self.device = "cpu" if self.provider == CPU else "cuda"  # OrtValues' device type
         self.io = BoundIO(encoder, decoder, self.provider, 1)
-        self.lanes = lanes if self.provider == CPU else 1  # one GPU stream: batches take turns
         self.dtype = np.dtype(ops.dtype)
-        tokens = self.config.special_tokens
-        self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
-        self.never_generate = self.config.never_generate
+        tokens = config.special_tokens
+        self.eos_id, self.pad_id = tokens.eos, tokens.pad
         self.cross_names, self.cache_names, self.present_names = (
-            contract.kv_names(self.config, prefix) for prefix in ("cross", "cache", "present")
+            contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
         )
-        decoder_spec = serving_spec.serving_decoder_spec(self.config, ops)
+        decoder_spec = serving_spec.serving_decoder_spec(config, ops)
         positions = (serving_spec.SEQLENS_K, serving_spec.TOTAL_LEN, serving_spec.PAST_LEN)
         self.position_specs = [t for t in decoder_spec.inputs if t.name in positions]
         self.input_names = {t.name for t in decoder_spec.inputs}
-        self.key_chunk = key_layout.key_chunk(self.device, self.dtype, self.config.d_head)
-        check_built_graph(encoder, serving_spec.serving_encoder_spec(self.config, ops))
-        check_built_graph(decoder, decoder_spec)
-
-    @classmethod
-    def load(
-        cls,
-        folder: ModelFolder | str | Path,
-        device: str = "cuda",
-        variant: str = "fp32",
-        lanes: int = 1,
-    ) -> ResidentServingEngine:
-        """Build the CUDA serving graphs of ``variant`` (one of ``RESIDENT_VARIANTS``) from a model folder's
-        config.json and model.safetensors and open them on ``device`` (a resolved one: cuda, or cpu to run the same
-        graphs on the CPU provider)."""
-        folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        if variant not in RESIDENT_VARIANTS:
-            choices = ", ".join(RESIDENT_VARIANTS)
-            raise ValueError(f"--variant {variant} is not built for a GPU; choose one of {choices}")
-        ops = SERVING_OPS["cuda", variant]
-        folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
-        folder.check_weights()
-        weights = load_file(str(folder.weights_file))
-        with graphs_directory() as directory:
-            paths = build_serving_graphs(folder.config, weights, directory, str(folder.weights_file), ops=ops)
-            del weights
-            encoder, decoder = (open_on_device(path, path, device, 1) for path in paths)
-        return cls(folder, ops, encoder, decoder, lanes)
+        self.key_chunk = key_layout.key_chunk(self.device, self.dtype, config.d_head)
 
     # -- encoder -----------------------------------------------------------------------------------------
 
@@ -299,16 +225,9 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         cache = key_layout.in_kernel_layout(plain_cache, self.key_chunk)
         return ort.OrtValue.ortvalue_from_numpy(cache, self.device, 0)
 
-    def consume(self, state: DeviceState) -> DeviceBatch:
-        batch = state.batch
-        if state.version != batch.version:
-            raise ValueError("this decoder state was already used: a state can be stepped or selected once")
-        batch.version += 1
-        return batch
-
     def run_step(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], DeviceState]:
         """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for the search's rows."""
-        batch = self.consume(state)
+        batch = consume(state)
         rows = None if state.identity else state.rows
         n = batch.rows if rows is None else rows.size
         if tgt_ids.ndim != 2 or tgt_ids.shape[0] != n:
@@ -340,7 +259,7 @@ class ResidentServingEngine(SelectionHeadSteps[DeviceState]):
         sentences that leave or move, by the state's map of blocks, until so few are read that the read blocks are
         gathered to the front on the device; anything else, by way of the host."""
         rows = np.asarray(rows, dtype=np.int64)
-        batch = self.consume(state)
+        batch = consume(state)
         g, t = batch.group, batch.past_len
         n = state.blocks.size * g
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= n)):

@@ -1,4 +1,4 @@
-"""The fast CPU engine: the contrib-op serving graphs (``serving_graphs.py``) under the search's step interface.
+"""The serving engine's state on the CPU: NumPy buffers that ONNX Runtime reads and writes where they are.
 
 Per batch, every array the decoder reads or writes is allocated once and bound once
 (ONNX Runtime I/O binding over NumPy memory). A step writes the new token ids and
@@ -23,40 +23,23 @@ A graph of weight-only blocks runs its encoder and decoder on a multiple of the 
 copies of the first sentence make up the rows, and compaction keeps spare blocks, so that a sentence's translation
 is the same bits alone or among others.
 
-States are linear: ``step_top``/``step``/``select`` consume their state (the buffers
-are updated in place) and a consumed state refuses to be used again.
+States are linear: ``run_step``/``select`` consume their state (the buffers are updated in place) and a
+consumed state refuses to be used again (``rows.consume``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Generic, TypeVar
 
 import numpy as np
 import onnxruntime as ort
-from safetensors.numpy import load_file
 
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
-from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX_SERVING, default_cores
 from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.block_quant import VARIANTS
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.kernel_rows import rows_for
-from aiayn.engines.onnx.quantize import quantize_int8
-from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
-from aiayn.engines.onnx.serving_spec import CPU_OPS
-from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
+from aiayn.engines.onnx.rows import COMPACT_BELOW, consume, distinct, run_length
 from aiayn.search.greedy import EXTRA_LEN
-
-S = TypeVar("S")
-# Compact when live sentences ≤ this share of the physical ones (docs/speed.md: never compacting cost 20–45 % at
-# batch 32; thresholds 0.25–0.9 were within noise).
-COMPACT_BELOW = 0.5
-INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
 
 
 def ortvalue(array: np.ndarray) -> ort.OrtValue:
@@ -109,7 +92,7 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class FusedState:
+class HostState:
     """The search's view of a batch: the physical row behind each of its rows.
 
     The search's rows come in sentence blocks of ``group``; a block's rows all lie in one physical block
@@ -122,106 +105,29 @@ class FusedState:
     identity: bool  # rows == arange(batch.rows): every physical row, in order
 
 
-def state_of(batch: Batch, rows: np.ndarray) -> FusedState:
+def state_of(batch: Batch, rows: np.ndarray) -> HostState:
     identity = rows.size == batch.rows and bool((rows == np.arange(rows.size)).all())
-    return FusedState(batch, rows, batch.version, identity)
+    return HostState(batch, rows, batch.version, identity)
 
 
-class SelectionHeadSteps(Generic[S]):
-    """The step interface over a serving decoder whose graph ends in the selection head (each row's k best): what
-    the CPU and the device-resident serving engines share. A subclass feeds the tokens (``run_step``)."""
-
-    folder: ModelFolder
-    config: ModelConfig
-    attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
-
-    def run_step(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], S]:
-        """Feed ``tgt_ids`` (rows, new_len); the head's (rows, k) values and ids after the last, and the new state."""
-        raise NotImplementedError
-
-    def step_top(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, S]:
-        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
-        return values, ids, state  # (rows, k) each, best first, ties to the lower id
-
-    def step(self, state: S, tgt_ids: np.ndarray) -> tuple[np.ndarray, S]:
-        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
-        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
-        log_probs = np.empty_like(values)
-        np.put_along_axis(log_probs, ids, values, axis=1)
-        return log_probs, state
-
-    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
-        """The attention view, from the contract's decoder on the CPU (which outputs it): (batch, heads, out_len,
-        src_len)."""
-        if self.attention_engine is None:
-            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
-        return self.attention_engine.cross_attention(src_ids, out_ids)
-
-
-class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
-    """Encoder and decoder sessions of ``serving_graphs.py``; an ``aiayn.engines.Engine``."""
-
-    name = ONNX_SERVING
-    ops = CPU_OPS  # the weight-only and int8 variants are CPU graphs with other weights
+class HostBuffers:
+    """The decoder state of the CPU serving graphs in NumPy buffers: encode, step and select over two sessions whose
+    every run has a multiple of ``row_multiple`` rows (tokens in the encoder, physical rows in the decoder)."""
 
     def __init__(
-        self,
-        folder: ModelFolder,
-        config: ModelConfig,
-        encoder: Path | bytes,
-        decoder: Path | bytes,
-        threads: int = 2,
-        lanes: int = 1,
-        row_multiple: int = 1,
+        self, config: ModelConfig, encoder: ort.InferenceSession, decoder: ort.InferenceSession, row_multiple: int
     ) -> None:
-        """Sessions of the serving graphs ``encoder`` and ``decoder`` (files, or serialized graphs), whose every
-        run has a multiple of ``row_multiple`` rows (tokens in the encoder, physical rows in the decoder)."""
-        self.folder, self.config = folder, config
-        self.row_multiple = row_multiple
-        self.provider = CPU
-        self.threads, self.lanes = threads, lanes
+        self.config, self.encoder, self.decoder, self.row_multiple = config, encoder, decoder, row_multiple
         tokens = config.special_tokens
-        self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
-        self.never_generate = config.never_generate
+        self.eos_id, self.pad_id = tokens.eos, tokens.pad
         self.n_kv = 2 * config.n_decoder_layers
         self.cross_names, self.cache_names, self.present_names = (
             contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
         )
-        self.encoder = open_session(encoder, [CPU], threads)
-        self.decoder = open_session(decoder, [CPU], threads)
-        check_built_graph(self.encoder, serving_spec.serving_encoder_spec(config))
-        check_built_graph(self.decoder, serving_spec.serving_decoder_spec(config))
-
-    @classmethod
-    def load(
-        cls,
-        folder: ModelFolder | str | Path,
-        threads: int | None = None,
-        variant: str = "fp32",
-        lanes: int = 1,
-    ) -> ServingOnnxEngine:
-        """Build the graphs from a model folder's config.json and model.safetensors (fp16 on disk, fp32 inside); a
-        ``variant`` other than fp32 is one of ``block_quant.VARIANTS`` (weight-only blocks) or int8 (the fp32 graphs
-        dynamically quantized, ``quantize.py``). ``lanes`` searches may run it at once, each on ``threads`` intra-op
-        threads (the sessions are shared: each batch binds its own buffers)."""
-        folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        threads = threads or default_cores()
-        folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
-        folder.check_weights()
-        weights = load_file(str(folder.weights_file))  # fp16: each tensor becomes fp32 as its graph takes it
-        with graphs_directory() as directory:
-            scheme = VARIANTS.get(variant)
-            source = str(folder.weights_file)
-            encoder, decoder = build_serving_graphs(folder.config, weights, directory, source, scheme)
-            del weights
-            if variant == "int8":
-                int8_encoder, int8_decoder = quantize_int8(encoder, INT8_OPS), quantize_int8(decoder, INT8_OPS)
-                return cls(folder, folder.config, int8_encoder, int8_decoder, threads, lanes)
-            return cls(folder, folder.config, encoder, decoder, threads, lanes, rows_for(scheme, threads))
 
     # -- encoder -----------------------------------------------------------------------------------------
 
-    def start(self, src_ids: np.ndarray) -> FusedState:
+    def start(self, src_ids: np.ndarray) -> HostState:
         batch, src_len = src_ids.shape
         # Unread copies of the first sentence make up the rows: the encoder's (sentences · src_len tokens), then the
         # decoder's (sentences), each a multiple of ``row_multiple``, with the fewest copies the encoder can run.
@@ -294,18 +200,11 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
         batch.cache[:, :, :, : batch.past_len] = old[:, :, :, : batch.past_len]
         self.bind(batch)
 
-    def consume(self, state: FusedState) -> Batch:
-        batch = state.batch
-        if state.version != batch.version:
-            raise ValueError("this decoder state was already used: a state can be stepped or selected once")
-        batch.version += 1
-        return batch
-
-    def run_step(self, state: FusedState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], FusedState]:
+    def run_step(self, state: HostState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], HostState]:
         """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for the search's rows."""
         if tgt_ids.ndim != 2 or tgt_ids.shape[0] != state.rows.size:
             raise ValueError(f"tgt_ids must be (rows, new_len) with {state.rows.size} rows, got {tgt_ids.shape}")
-        batch = self.consume(state)
+        batch = consume(state)
         if batch.binding is None or batch.cache is None:
             self.bind(batch)
         if batch.bound_k != k:
@@ -324,11 +223,11 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
             self.decoder.run_with_iobinding(batch.binding)
             batch.past_len += 1
         outputs = tuple(out.copy() if state.identity else out[state.rows] for out in batch.outputs)
-        return outputs, FusedState(batch, state.rows, batch.version, state.identity)
+        return outputs, HostState(batch, state.rows, batch.version, state.identity)
 
     # -- row selection -----------------------------------------------------------------------------------
 
-    def select(self, state: FusedState, rows: np.ndarray) -> FusedState:
+    def select(self, state: HostState, rows: np.ndarray) -> HostState:
         rows = np.asarray(rows, dtype=np.int64)
         batch, g = state.batch, state.batch.group
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= state.rows.size)):
@@ -337,7 +236,7 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
             group = run_length(rows)
             if group and distinct(rows[::group]):
                 # Before the first step nothing is cached: regroup (the beam's k copies of each sentence).
-                self.consume(state)
+                consume(state)
                 batch.group, batch.binding = group, None
                 slots = self.with_spare_blocks(batch, state.rows[rows[::group]])
                 return self.compact(batch, slots, np.arange(rows.size) % group)
@@ -345,7 +244,7 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
         blocks = sentence.reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g)
         if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
             return self.gather(state, rows)
-        self.consume(state)
+        consume(state)
         parents = state.rows[rows]  # (new rows,) physical row holding each new row's past
         if g > 1:
             parents = self.adopt(batch, parents.reshape(-1, g)).reshape(-1)
@@ -388,7 +287,7 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
         batch.cache[:, target[later], :, :t] = batch.cache[:, parents[later], :, :t]
         return target
 
-    def compact(self, batch: Batch, slots: np.ndarray, offsets: np.ndarray) -> FusedState:
+    def compact(self, batch: Batch, slots: np.ndarray, offsets: np.ndarray) -> HostState:
         """Keep the physical blocks ``slots`` only, moved to the front (filled cache only), and rebind.
 
         ``offsets`` (rows,) is each of the search's rows' place within its block, kept as it is; they are the rows
@@ -411,9 +310,9 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
             self.bind(batch)
         return state_of(batch, rows)
 
-    def gather(self, state: FusedState, rows: np.ndarray) -> FusedState:
+    def gather(self, state: HostState, rows: np.ndarray) -> HostState:
         """Any selection: a fresh batch with one row per sentence (the source side gathered per row)."""
-        batch = self.consume(state)
+        batch = consume(state)
         physical = state.rows[rows]  # (new rows,)
         if physical.size % self.row_multiple:  # unread copies of the first row make up the rows
             physical = np.concatenate([physical, np.repeat(physical[:1], -physical.size % self.row_multiple)])
@@ -424,21 +323,3 @@ class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
             fresh.cache = np.zeros((batch.cache.shape[0], physical.size, *batch.cache.shape[2:]), np.float32)
             fresh.cache[:, :, :, : batch.past_len] = batch.cache[:, physical, :, : batch.past_len]
         return state_of(fresh, np.arange(rows.size))
-
-
-def run_length(rows: np.ndarray) -> int:
-    """k if ``rows`` is each of its values repeated k times in a row (k ≥ 1), else 0."""
-    if rows.size == 0:
-        return 0
-    change = np.flatnonzero(rows[1:] != rows[:-1])
-    k = int(change[0]) + 1 if change.size else rows.size
-    if rows.size % k or not (rows.reshape(-1, k) == rows[::k, None]).all():
-        return 0
-    return k
-
-
-def distinct(values: np.ndarray) -> bool:
-    """No value twice (cheaply when they increase, as the searches' selections do)."""
-    if values.size < 2 or bool((values[1:] > values[:-1]).all()):
-        return True
-    return np.unique(values).size == values.size

@@ -1,0 +1,159 @@
+"""The serving engine: what ``--engine onnx`` runs, on a CPU and on a GPU alike.
+
+The serving graphs (``serving_graphs.py``) are built from a folder's ``model.safetensors`` when the engine loads, for
+one device's ops (``serving_spec.SERVING_OPS``), and run under the search's step interface with their selection head
+inside: only each row's k best ids and log-probabilities leave ONNX Runtime. The two devices differ where they
+really do, as data and as one state back end:
+
+- the ops: on a CPU GroupQueryAttention over per-row lengths, in fp32 or its w8, w4 (``block_quant.py``) and int8
+  (``quantize.py``) weights; on CUDA DecoderMaskedMultiHeadAttention over one length per batch, fp32 or fp16;
+- the state: on a CPU NumPy buffers bound in place (``host_buffers.py``); on a GPU OrtValues in the device's memory,
+  every input written through ONNX Runtime where its kernel reads it (``device_buffers.py``).
+
+The CUDA graphs also run on the CPU provider (``graphs_for="cuda"``), with their own state back end: that is how they
+are proven without a GPU, under CUDA's binding rules (``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+import onnxruntime as ort
+from safetensors.numpy import load_file
+
+from aiayn.core.config import ModelConfig
+from aiayn.core.folder import ModelFolder
+from aiayn.engines import BLOCK_VARIANTS, ONNX_SERVING
+from aiayn.engines.onnx import serving_spec
+from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
+from aiayn.engines.onnx.device_buffers import DeviceBuffers
+from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.host_buffers import HostBuffers
+from aiayn.engines.onnx.kernel_rows import rows_for
+from aiayn.engines.onnx.quantize import quantize_int8
+from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
+from aiayn.engines.onnx.serving_spec import CPU_OPS, SERVING_OPS
+from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device, open_session
+
+S = TypeVar("S")
+# The variants each device's serving graphs are built in: the CPU's are fp32 graphs with other weights.
+SERVING_VARIANTS = {
+    "cpu": ("fp32", *BLOCK_VARIANTS, "int8"),
+    "cuda": tuple(variant for device, variant in SERVING_OPS if device == "cuda"),
+}
+INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
+
+
+class StateBuffers(Protocol[S]):
+    """Where a device keeps the decoder state between steps (``HostBuffers``, ``DeviceBuffers``)."""
+
+    encoder: ort.InferenceSession
+    decoder: ort.InferenceSession
+
+    def start(self, src_ids: np.ndarray) -> S: ...
+
+    def run_step(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], S]: ...
+
+    def select(self, state: S, rows: np.ndarray) -> S: ...
+
+
+def unservable(config: ModelConfig, device: str) -> str:
+    """Why the serving graphs cannot run a model of ``config`` on ``device`` at all, or ""."""
+    d_head = config.d_head
+    if device == "cuda" and d_head not in serving_spec.CUDA_HEAD_SIZES:
+        sizes = ", ".join(map(str, serving_spec.CUDA_HEAD_SIZES))
+        return f"its head size {d_head} is none of the CUDA attention kernel's ({sizes})"
+    return ""
+
+
+class ServingEngine(Generic[S]):
+    """The serving graphs of one folder on one device and their state back end; an ``aiayn.engines.Engine``."""
+
+    name = ONNX_SERVING
+
+    def __init__(
+        self, folder: ModelFolder, ops: serving_spec.ServingOps, buffers: StateBuffers[S], lanes: int = 1
+    ) -> None:
+        self.folder, self.config, self.ops, self.buffers = folder, folder.config, ops, buffers
+        self.provider = buffers.decoder.get_providers()[0]
+        self.lanes = lanes if self.provider == CPU else 1  # one GPU stream: batches take turns
+        tokens = self.config.special_tokens
+        self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
+        self.never_generate = self.config.never_generate
+        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+
+    @classmethod
+    def load(
+        cls,
+        folder: ModelFolder | str | Path,
+        device: str = "cpu",
+        variant: str = "fp32",
+        lanes: int = 1,
+        graphs_for: str | None = None,
+    ) -> ServingEngine[Any]:
+        """Build the serving graphs of ``variant`` (one of ``SERVING_VARIANTS[graphs_for]``) for ``graphs_for``'s
+        ops (default: ``device``'s own) from a model folder's config.json and model.safetensors, and open them on
+        ``device`` (a resolved one: cpu or cuda). ``lanes`` searches may run a CPU engine at once, each on one
+        intra-op thread (the sessions are shared: each batch binds its own buffers)."""
+        folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
+        graphs_for = graphs_for or device
+        if variant not in SERVING_VARIANTS[graphs_for]:
+            choices = ", ".join(SERVING_VARIANTS[graphs_for])
+            raise ValueError(f"--variant {variant} has no serving graphs for {graphs_for}; choose one of {choices}")
+        ops = SERVING_OPS.get((graphs_for, variant), CPU_OPS)
+        scheme = BLOCK_SCHEMES.get(variant)
+        folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
+        folder.check_weights()
+        weights = load_file(str(folder.weights_file))  # fp16 on disk: each tensor takes its graph's dtype
+        with graphs_directory() as directory:
+            source = str(folder.weights_file)
+            paths = build_serving_graphs(folder.config, weights, directory, source, scheme, ops)
+            del weights
+            models: list[Path | bytes] = (
+                [quantize_int8(path, INT8_OPS) for path in paths] if variant == "int8" else [*paths]
+            )
+            if device == "cpu":
+                encoder, decoder = (open_session(model, [CPU], 1) for model in models)
+            else:
+                pairs = zip(paths, models, strict=True)
+                encoder, decoder = (open_on_device(path, model, device, 1) for path, model in pairs)
+        check_built_graph(encoder, serving_spec.serving_encoder_spec(folder.config, ops))
+        check_built_graph(decoder, serving_spec.serving_decoder_spec(folder.config, ops))
+        if graphs_for == "cpu":
+            buffers: StateBuffers[Any] = HostBuffers(folder.config, encoder, decoder, rows_for(scheme))
+        else:
+            buffers = DeviceBuffers(folder.config, ops, encoder, decoder)
+        return cls(folder, ops, buffers, lanes)
+
+    # -- the step interface ------------------------------------------------------------------------------
+
+    def start(self, src_ids: np.ndarray) -> S:
+        """Encode a batch; ``src_ids`` (batch, src_len), right-padded."""
+        return self.buffers.start(src_ids)
+
+    def run_step(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], S]:
+        """Feed ``tgt_ids`` (rows, new_len); the head's (rows, k) values and ids after the last, and the new state."""
+        return self.buffers.run_step(state, tgt_ids, k)
+
+    def select(self, state: S, rows: np.ndarray) -> S:
+        return self.buffers.select(state, rows)
+
+    def step_top(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, S]:
+        (values, ids), state = self.run_step(state, tgt_ids, min(k, self.config.vocab_size))
+        return values, ids, state  # (rows, k) each, best first, ties to the lower id
+
+    def step(self, state: S, tgt_ids: np.ndarray) -> tuple[np.ndarray, S]:
+        """The whole log-softmax (rows, vocab); the searches only use ``step_top``."""
+        (values, ids), state = self.run_step(state, tgt_ids, self.config.vocab_size)
+        log_probs = np.empty_like(values)
+        np.put_along_axis(log_probs, ids, values, axis=1)
+        return log_probs, state
+
+    def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+        """The attention view, from the contract's decoder on the CPU (which outputs it): (batch, heads, out_len,
+        src_len)."""
+        if self.attention_engine is None:
+            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
+        return self.attention_engine.cross_attention(src_ids, out_ids)
