@@ -22,7 +22,8 @@ step is a few dozen kernels instead of a few hundred:
   every decoder layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
 
 Their ops and their inputs and outputs are declared beside them in ``serving_spec.py`` (``ServingOps``,
-``serving_encoder_spec``, ``serving_decoder_spec``), which the serving engine's state back ends (``host_buffers.py``, ``device_buffers.py``) bind by.
+``serving_encoder_spec``, ``serving_decoder_spec``), which the serving engine's state back ends
+(``host_buffers.py``, ``device_buffers.py``) bind by.
 The fp16 graphs (CUDA) hold every weight and activation in fp16 and take the log-softmax in fp32; their output
 projection is padded to a multiple of 8 columns (tensor cores), the padding sliced off before the softmax.
 

@@ -1,8 +1,8 @@
 """The serving graphs' ops per device, and their inputs and outputs: engine-private, not part of the ONNX contract
 (``core/contract.py``).
 
-``serving_graphs.py`` builds the graphs to these declarations; ``host_buffers.py`` (CPU memory) and ``device_buffers.py`` (the
-device's memory) bind by them. A graph that differs from its declaration is aiayn's own error
+``serving_graphs.py`` builds the graphs to these declarations; ``host_buffers.py`` (CPU memory) and
+``device_buffers.py`` (the device's memory) bind by them. A graph that differs from its declaration is aiayn's own error
 (``sessions.check_built_graph``).
 """
 
