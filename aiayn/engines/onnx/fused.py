@@ -41,8 +41,8 @@ from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_SERVING, default_cores
 from aiayn.engines.onnx import serving_spec
+from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.block_quant import VARIANTS
-from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving_spec import CPU_OPS
@@ -130,7 +130,7 @@ class SelectionHeadSteps(Generic[S]):
 
     folder: ModelFolder
     config: ModelConfig
-    attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+    attention_view: AttentionView | None = None  # built from the weights for the heatmap only
 
     def run_step(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], S]:
         """Feed ``tgt_ids`` (rows, new_len); the head's (rows, k) values and ids after the last, and the new state."""
@@ -148,11 +148,11 @@ class SelectionHeadSteps(Generic[S]):
         return log_probs, state
 
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
-        """The attention view, from the contract's decoder on the CPU (which outputs it): (batch, heads, out_len,
-        src_len)."""
-        if self.attention_engine is None:
-            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
-        return self.attention_engine.cross_attention(src_ids, out_ids)
+        """The attention view, from graphs built from the weights on the CPU (``attention_view.py``): (batch, heads,
+        out_len, src_len)."""
+        if self.attention_view is None:
+            self.attention_view = AttentionView.build(self.folder)
+        return self.attention_view.cross_attention(src_ids, out_ids)
 
 
 class ServingOnnxEngine(SelectionHeadSteps["FusedState"]):
