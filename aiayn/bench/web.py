@@ -173,13 +173,18 @@ def median_parts(rounds: Sequence[dict[str, tuple[float, float]]]) -> dict[str, 
     return {n: (statistics.median(r[n][0] for r in rounds), statistics.median(r[n][1] for r in rounds)) for n in names}
 
 
+def parts_table(labels: Sequence[str], parts: Sequence[dict[str, tuple[float, float]]], header: str) -> str:
+    """A Markdown table: one row per label, each part's start–end (ms) in the columns, in the first row's order."""
+    names = list(parts[0])
+    rows = [f"| {header} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for label, spans in zip(labels, parts, strict=True):
+        rows.append(f"| {label} | " + " | ".join(f"{spans[n][0]:.0f}–{spans[n][1]:.0f}" for n in names) + " |")
+    return "\n".join(rows)
+
+
 def parts_report(figures: Sequence[WebFigures]) -> str:
     """Where each folder's first translation's time goes: each part's start and end (ms, medians)."""
-    rows = ["| pair | variant | " + " | ".join(figures[0].parts) + " |", "|---|---|" + "---|" * len(figures[0].parts)]
-    for f in figures:
-        spans = (f"{start:.0f}–{end:.0f}" for start, end in f.parts.values())
-        rows.append(f"| {f.pair} | {f.variant} | " + " | ".join(spans) + " |")
-    return "\n".join(rows)
+    return parts_table([f"{f.pair}, {f.variant}" for f in figures], [f.parts for f in figures], "folder")
 
 
 @dataclass(frozen=True)
@@ -341,10 +346,5 @@ def base_web_report(figures: Sequence[BaseWebFigures], vocab_size: int = OPUS_MT
             f"| {f.threads} | {f.ms_per_line:.0f} | {f.ms_one_thread:.0f} | {f.ms_per_line / f.ms_one_thread:.2f}× "
             f"| {f.identical_to_one}/{f.lines} | {f.tokens_per_line:.0f} |"
         )
-    spans = (f"| {f.variant} | " + " | ".join(f"{a:.0f}–{b:.0f}" for a, b in f.parts.values()) + " |" for f in figures)
-    parts = [f"| base size | {' | '.join(figures[0].parts)} |", "|---|" + "---|" * len(figures[0].parts), *spans]
-    return (
-        "\n".join(rows)
-        + "\n\nWhere the first translation's time went (ms since the page opened):\n\n"
-        + "\n".join(parts)
-    )
+    parts = parts_table([f.variant for f in figures], [f.parts for f in figures], "base size")
+    return "\n".join(rows) + f"\n\nWhere the first translation's time went (ms since the page opened):\n\n{parts}"
