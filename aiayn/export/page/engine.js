@@ -71,7 +71,9 @@ export class OrtEngine {
     const weights = await download;
     const options = {
       executionProviders: providers,
-      graphOptimizationLevel: "all",
+      // The graphs come fused (export/web_graphs.py); what is left is folding their constants: the fp16 weights
+      // into fp32, the w8/w4 blocks, the shapes.
+      graphOptimizationLevel: "basic",
       externalData: [{ path: web.weights, data: weights }],
     };
     // One after the other: created at once, the two sessions opened later (a page's first translation at 8-15 s
