@@ -1,10 +1,11 @@
 """`aiayn bench --web`: the browser folder (``export/web.py``) in Debian's Chromium against `aiayn translate`.
 
-The folder is written for the model, served by ``python -m http.server`` (the plain static server a visitor's
-Space is) and opened by Playwright in Chromium; the page's ``window.aiayn.translate`` then translates untidy
-test captions (doubled spaces, tabs, padding) at greedy and at beam 4. Figures: the time from opening the page
-to its first translation, ms per caption, the folder's size, and how many lines equal the service's, which is
-what `aiayn translate` prints. Playwright is a dev dependency, imported inside the functions that drive it.
+The folder is written for the model, served by its own ``preview.py`` (a static server sending the headers its Space
+sends: the page is cross-origin isolated and runs WASM on every core) and opened by Playwright in Chromium; the
+page's ``window.aiayn.translate`` then translates untidy test captions (doubled spaces, tabs, padding) at greedy and
+at beam 4. Figures: the time from opening the page to its first translation, ms per caption, the folder's size, and
+how many lines equal the service's, which is what `aiayn translate` prints. Playwright is a dev dependency, imported
+inside the functions that drive it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
-from aiayn.export.web import export_web
+from aiayn.export.web import PREVIEW_FILE, export_web
 from aiayn.export.web_graphs import WEIGHTS_FILE
 from aiayn.serve.service import LoadedModel
 
@@ -75,10 +76,12 @@ def untidy(lines: Sequence[str], seed: int = 0) -> list[str]:
 
 
 @contextmanager
-def served_folder(path: Path) -> Iterator[str]:
-    """``python -m http.server`` in ``path`` on a free loopback port, until the block ends: its URL."""
+def served_folder(path: Path, isolated: bool = True) -> Iterator[str]:
+    """The folder on a free loopback port until the block ends, its URL: by its ``preview.py``, cross-origin
+    isolated as its Space; or (not ``isolated``) by ``python -m http.server``, which sends no such header."""
     port = free_port()
-    command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(path)]
+    plain = ["-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(path)]
+    command = [sys.executable, *([str(path / PREVIEW_FILE), str(port)] if isolated else plain)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/"
@@ -104,12 +107,13 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def open_page(browser: Any, url: str, device: str = "wasm") -> tuple[Any, float]:
-    """A new page at ``url`` running ONNX Runtime on ``device`` (wasm: the CLI's very answers; webgpu; auto), and
-    the seconds from opening it to its first translation (greedy, one line)."""
+def open_page(browser: Any, url: str, device: str = "wasm", threads: int = 0) -> tuple[Any, float]:
+    """A new page at ``url`` running ONNX Runtime on ``device`` (wasm: the CLI's very answers; webgpu; auto) on
+    ``threads`` WASM threads (0: the page's choice, one per core where it is isolated), and the seconds from opening
+    it to its first translation (greedy, one line)."""
     page = browser.new_page()
     started = time.perf_counter()
-    page.goto(f"{url}?device={device}")
+    page.goto(f"{url}?device={device}" + (f"&threads={threads}" if threads else ""))
     page.evaluate("lines => window.aiayn.translate(lines, {beam: 1})", [FIRST_LINE])
     return page, time.perf_counter() - started
 
@@ -155,12 +159,41 @@ class Download:
         return cls(sum(sizes) / 1e6, sum(squeezed) / 1e6, graphs / 1e6)
 
 
+def first_parts(page: Any) -> dict[str, tuple[float, float]]:
+    """Where an opened page's first seconds went: each part of loading it and its first translation (``timings``
+    of ``page/aiayn.js``: the config, the runtime's module, the weights' download, each session, the tokenizer,
+    sentencex), as (start, end) in ms since the page was opened."""
+    timings = page.evaluate("window.aiayn.timings")
+    return {name: (float(t["start"]), float(t["end"])) for name, t in timings.items()}
+
+
+def median_parts(rounds: Sequence[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    """Each part's median start and end over ``rounds``, in the order the parts end."""
+    names = sorted(rounds[0], key=lambda name: rounds[0][name][1])
+    return {n: (statistics.median(r[n][0] for r in rounds), statistics.median(r[n][1] for r in rounds)) for n in names}
+
+
+def parts_table(labels: Sequence[str], parts: Sequence[dict[str, tuple[float, float]]], header: str) -> str:
+    """A Markdown table: one row per label, each part's start–end (ms) in the columns, in the first row's order."""
+    names = list(parts[0])
+    rows = [f"| {header} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for label, spans in zip(labels, parts, strict=True):
+        rows.append(f"| {label} | " + " | ".join(f"{spans[n][0]:.0f}–{spans[n][1]:.0f}" for n in names) + " |")
+    return "\n".join(rows)
+
+
+def parts_report(figures: Sequence[WebFigures]) -> str:
+    """Where each folder's first translation's time goes: each part's start and end (ms, medians)."""
+    return parts_table([f"{f.pair}, {f.variant}" for f in figures], [f.parts for f in figures], "folder")
+
+
 @dataclass(frozen=True)
 class WebFigures:
     pair: str
     variant: str
     download: Download
     first_s: float
+    parts: dict[str, tuple[float, float]]  # part of the first translation's time → (start, end) ms, medians
     lines: int
     identical: dict[int, int]  # beam → lines equal to `aiayn translate`'s (in the round with fewest)
     ms_per_line: dict[int, float]  # beam → milliseconds per caption
@@ -195,7 +228,7 @@ def measure_web(
     untimed pass (the first translation's time is the cold one); every round's translations are compared."""
     lines = untidy(captions)
     expected = {beam: cli_translations(model, lines, beam) for beam in beams}
-    first, times = [], {beam: [] for beam in beams}
+    first, parts, times = [], [], {beam: [] for beam in beams}
     identical = dict.fromkeys(beams, len(lines))
     with tempfile.TemporaryDirectory(prefix="aiayn-web-") as tmp:
         out = Path(tmp)
@@ -204,6 +237,7 @@ def measure_web(
             for _ in range(rounds):
                 page, first_s = open_page(browser, url)
                 first.append(first_s)
+                parts.append(first_parts(page))
                 download = Download.of(downloaded_files(page, out))
                 # Once untimed: Chromium compiles the 14 MB of WASM into optimized code in the background for
                 # seconds after the page opens, on the cores the timed runs would otherwise share with it.
@@ -219,7 +253,8 @@ def measure_web(
             page.close()
     pair = f"{model.config.src_lang}-{model.config.tgt_lang}"
     speed = {beam: statistics.median(ms) for beam, ms in times.items()}
-    return WebFigures(pair, variant, download, statistics.median(first), len(lines), identical, speed, mates)
+    first_s = statistics.median(first)
+    return WebFigures(pair, variant, download, first_s, median_parts(parts), len(lines), identical, speed, mates)
 
 
 def web_report(figures: Sequence[WebFigures], alone: int = 0) -> str:
@@ -247,8 +282,12 @@ class BaseWebFigures:
     variant: str
     download: Download
     first_s: float
+    parts: dict[str, tuple[float, float]]  # as WebFigures.parts, of the one page
     lines: int
-    ms_per_line: float  # greedy
+    threads: int  # the page's WASM threads (one per core, cross-origin isolated)
+    ms_per_line: float  # greedy, on ``threads``
+    ms_one_thread: float  # greedy, on one thread
+    identical_to_one: int  # lines equal to one thread's
     tokens_per_line: float  # the outputs' mean length in tokens (a random model's outputs run long)
 
 
@@ -256,8 +295,9 @@ def measure_web_base(
     folder: ModelFolder, captions: Sequence[str], variants: Sequence[str], vocab_size: int = OPUS_MT_VOCAB
 ) -> list[BaseWebFigures]:
     """Each variant's folder of a base-size model (Table 3: 6 + 6 layers, d_model 512) with ``vocab_size`` tokens
-    and seeded random weights (``base_size.base_folder``): what a WASM page downloads, its first translation, and ms
-    per caption at greedy after one untimed pass; one fresh page each."""
+    and seeded random weights (``base_size.base_folder``): what a WASM page downloads, its first translation and
+    where its time went, and ms per caption at greedy after one untimed pass, on the page's threads and on one
+    (whose lines the threads' must equal); one fresh page each."""
     from aiayn.bench.base_size import base_folder
     from aiayn.core.config import PRESETS
     from aiayn.export.onnx_export import export_onnx
@@ -274,12 +314,21 @@ def measure_web_base(
                 export_web(base, out, variant)
                 with served_folder(out) as url:
                     page, first_s = open_page(browser, url)
+                    parts, threads = first_parts(page), page.evaluate("window.aiayn.ready")["threads"]
                     download = Download.of(downloaded_files(page, out))
                     translate_in_page(page, lines[:2], 1)
                     got, ms = translate_in_page(page, lines, 1)
                     page.close()
+                    one, _ = open_page(browser, url, threads=1)
+                    translate_in_page(one, lines[:2], 1)
+                    alone, ms_one = translate_in_page(one, lines, 1)
+                    one.close()
                 tokens = statistics.mean(len(base.tokenizer.encode(text)) for text in got)
-                figures.append(BaseWebFigures(variant, download, first_s, len(lines), ms / len(lines), tokens))
+                same = sum(a == b for a, b in zip(got, alone, strict=True))
+                per_line = (ms / len(lines), ms_one / len(lines))
+                figures.append(
+                    BaseWebFigures(variant, download, first_s, parts, len(lines), threads, *per_line, same, tokens)
+                )
                 shutil.rmtree(out)
     return figures
 
@@ -287,13 +336,15 @@ def measure_web_base(
 def base_web_report(figures: Sequence[BaseWebFigures], vocab_size: int = OPUS_MT_VOCAB) -> str:
     rows = [
         f"| base size, vocabulary {vocab_size} | downloaded (gzip) | of it graphs | first translation "
-        "| ms/caption, greedy | tokens/caption |",
-        "|---|---|---|---|---|---|",
+        "| threads | ms/caption, greedy | on 1 thread | threads / 1 thread | identical to 1 thread | tokens/caption |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in figures:
         d = f.download
         rows.append(
             f"| {f.variant} | {d.files_mb:.1f} MB ({d.gzip_mb:.1f}) | {d.graphs_mb:.1f} MB | {f.first_s:.1f} s "
-            f"| {f.ms_per_line:.0f} | {f.tokens_per_line:.0f} |"
+            f"| {f.threads} | {f.ms_per_line:.0f} | {f.ms_one_thread:.0f} | {f.ms_per_line / f.ms_one_thread:.2f}× "
+            f"| {f.identical_to_one}/{f.lines} | {f.tokens_per_line:.0f} |"
         )
-    return "\n".join(rows)
+    parts = parts_table([f.variant for f in figures], [f.parts for f in figures], "base size")
+    return "\n".join(rows) + f"\n\nWhere the first translation's time went (ms since the page opened):\n\n{parts}"

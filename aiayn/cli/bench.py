@@ -22,7 +22,15 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(serve_report(measure_crowds(args.model, corpus.src)))
         return
     if args.web:
-        from aiayn.bench.web import WEB_FULL, WEB_QUICK, base_web_report, measure_web, measure_web_base, web_report
+        from aiayn.bench.web import (
+            WEB_FULL,
+            WEB_QUICK,
+            base_web_report,
+            measure_web,
+            measure_web_base,
+            parts_report,
+            web_report,
+        )
         from aiayn.export.web_graphs import WEB_VARIANTS
         from aiayn.serve.service import TranslationService
 
@@ -38,6 +46,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
             for variant in WEB_VARIANTS
         ]
         print(web_report(figures, min(plan.alone, len(test))))
+        print(f"\nWhere the first translation's time went (ms since the page opened):\n\n{parts_report(figures)}")
         print(f"\n{base_web_report(measure_web_base(folder, test[: plan.base_captions], WEB_VARIANTS))}")
         return
     if args.memory:

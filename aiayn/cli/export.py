@@ -57,8 +57,8 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise UserError("--out DIR goes with --to web or --to space, and they need it")
     if args.device is not None and args.to != "space":
         raise UserError("--device goes with --to space (the Space's hardware); graphs serve on any device")
-    if args.variant is not None and args.to != "web":
-        raise UserError("--variant goes with --to web (the ONNX graphs take --quantize int8 and --fp16)")
+    if args.variant is not None and args.to not in folders:
+        raise UserError("--variant goes with --to web or --to space (the ONNX graphs take --quantize int8 and --fp16)")
     if args.to == "web":
         from aiayn.export.web import export_web
 
@@ -68,7 +68,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.to == "space":
         from aiayn.export.space import export_space
 
-        for line in export_space(folder, Path(args.out), args.device or "cpu"):
+        for line in export_space(folder, Path(args.out), args.device or "cpu", args.variant or "fp32"):
             print(line)
         return
 
@@ -107,8 +107,9 @@ def add_export(sub: Any) -> None:
     p.add_argument(
         "--variant",
         default=None,
-        help="the browser folder's graphs (--to web): fp32 (default: the CLI's very answers) or a weight-only "
-        f"block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as `aiayn translate --variant` runs them",
+        help="the browser folder's graphs (--to web), or the weights the Space serves (--to space): fp32 (default: "
+        f"the CLI's very answers) or a weight-only block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as "
+        "`aiayn translate --variant` runs them; a GPU Space (--device cuda) serves fp32 or fp16",
     )
     p.add_argument(
         "--check-sentences",

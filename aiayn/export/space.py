@@ -6,7 +6,9 @@ model knows), the modules of this package that ``app.py`` reaches (found by foll
 follows the code; a module that needs PyTorch where it is imported is left out, as a Space without torch never
 runs it), ``requirements.txt`` (the third-party packages those modules import, pinned at the versions this export
 runs with; Gradio comes from the front matter's ``sdk_version``), ``README.md`` with the Space's front matter,
-and ``.gitattributes`` sending the binary files to the Hub's large-file storage. Torch-free.
+and ``.gitattributes`` sending the binary files to the Hub's large-file storage. The Space serves one variant of
+the weights (``SPACE_VARIANTS``: on a CPU fp32 or the weight-only blocks built at load, on a GPU fp32 or fp16), which
+``app.py`` passes to the server and the page names. Torch-free.
 """
 
 from __future__ import annotations
@@ -28,15 +30,19 @@ from aiayn.core.folder import (
     ModelFolder,
 )
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
+from aiayn.engines import BLOCK_VARIANTS
 from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.resident import RESIDENT_VARIANTS
 
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package
 MODEL_DIR = "model"  # the model folder inside the Space
-DEVICES = ("cpu", "cuda")
-# What the CPU serving engine reads (it builds its graphs from the weights), and where the folder has them, the
-# target side's tokenizer, the record of what the model knows and the validation pairs the page takes examples
-# from; a GPU runs the contract's exported graphs (``GPU_GRAPHS``), which it needs beside them.
+# The variants a Space serves on each device: what the serving engine builds from the weights there.
+SPACE_VARIANTS = {"cpu": ("fp32", *BLOCK_VARIANTS), "cuda": RESIDENT_VARIANTS}
+# What the serving engines read (they build their graphs from the weights, and so does the page's attention view,
+# ``engines/onnx/attention_view.py``), and where the folder has them, the target side's tokenizer, the record of
+# what the model knows and the validation pairs the page takes examples from; a GPU Space carries the contract's
+# exported graphs (``GPU_GRAPHS``) beside them.
 MODEL_FILES = (
     CONFIG_FILE,
     TOKENIZER_FILE,
@@ -58,7 +64,8 @@ LFS = "filter=lfs diff=lfs merge=lfs -text"
 APP = '''"""A Hugging Face Space: {label}, {provenance}. Served by aiayn with ONNX Runtime and NumPy (no torch).
 
 Written by `aiayn export MODEL --to space`. A Space runs `python app.py` and sends its visitors to port 7860
-(GRADIO_SERVER_PORT elsewhere); the page's API and POST /v1/translate answer as `aiayn translate --model model` does.
+(GRADIO_SERVER_PORT elsewhere); the page's API and POST /v1/translate answer as
+`aiayn translate --model model --variant {variant}` does, with {variant} weights.
 """
 
 import os
@@ -69,7 +76,8 @@ from aiayn.serve.server import serve
 MODEL = Path(__file__).resolve().parent / "{model_dir}"
 
 if __name__ == "__main__":
-    serve([str(MODEL)], host="0.0.0.0", port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), device="{device}")
+    port = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
+    serve([str(MODEL)], host="0.0.0.0", port=port, device="{device}", variant="{variant}")
 '''
 
 
@@ -190,7 +198,7 @@ def requirements(modules: set[str], device: str) -> list[str]:
     return lines
 
 
-def space_readme(folder: ModelFolder, device: str) -> str:
+def space_readme(folder: ModelFolder, device: str, variant: str) -> str:
     """README.md: the front matter that makes the folder a Gradio Space, and what the model knows."""
     config, imported = folder.config, folder.section("imported")
     pair = f"{config.src_lang}-{config.tgt_lang}"
@@ -213,8 +221,8 @@ def space_readme(folder: ModelFolder, device: str) -> str:
         "---\n" + "\n".join(front) + "\n---\n\n"
         f"# {config.src_lang} → {config.tgt_lang}\n\n"
         f"A Transformer (*Attention Is All You Need*) {folder.provenance()}, served with ONNX Runtime on the "
-        f"{'GPU' if device == 'cuda' else 'CPU'}. It translates what resembles what it learnt from; other text "
-        "comes out poorly.\n\n"
+        f"{'GPU' if device == 'cuda' else 'CPU'} ({variant} weights). It translates what resembles what it learnt "
+        "from; other text comes out poorly.\n\n"
         f'The page\'s API: `gradio_client.Client(URL).predict(text, "{pair}", 4, api_name="/translate")`; for apps, '
         f'`POST /v1/translate` with `{{"sentences": [...], "direction": "{pair}", "beam": 4}}`.\n\n'
         f"Written by aiayn's `aiayn export MODEL --to space`: `{MODEL_DIR}/` is the model folder, `{PACKAGE}/` the "
@@ -236,10 +244,14 @@ def gitattributes(out_dir: Path) -> str:
     return "".join(f"{pattern} {LFS}\n" for pattern in sorted(patterns))
 
 
-def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu") -> list[str]:
-    """Write the Space's folder; the report lines say what it holds, how to try it and how to publish it."""
-    if device not in DEVICES:
-        raise ValueError(f"--device must be one of {', '.join(DEVICES)} for a Space, got {device!r}")
+def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", variant: str = "fp32") -> list[str]:
+    """Write the Space's folder serving ``variant`` on ``device``; the report lines say what it holds, how to try it
+    and how to publish it."""
+    if device not in SPACE_VARIANTS:
+        raise ValueError(f"--device must be one of {', '.join(SPACE_VARIANTS)} for a Space, got {device!r}")
+    if variant not in SPACE_VARIANTS[device]:
+        choices = ", ".join(SPACE_VARIANTS[device])
+        raise ValueError(f"a Space on the {device.upper()} serves --variant {choices}, not {variant!r}")
     folder.require([folder.weights_file, folder.tokenizer_file], "a Space serves a trained or imported folder")
     folder.check_weights()
     files = [folder.path / name for name in MODEL_FILES]
@@ -255,7 +267,7 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu") -> lis
             shutil.copyfile(path, model_dir / path.name)
     config = folder.config
     label = f"{config.src_lang} → {config.tgt_lang}"
-    app = APP.format(label=label, provenance=folder.provenance(), model_dir=MODEL_DIR, device=device)
+    app = APP.format(label=label, provenance=folder.provenance(), model_dir=MODEL_DIR, device=device, variant=variant)
     (out_dir / "app.py").write_text(app, encoding="utf-8")
     modules, third_party = ImportWalk().reached(app)
     for name in modules:
@@ -265,13 +277,13 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu") -> lis
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     (out_dir / "requirements.txt").write_text("\n".join(requirements(third_party, device)) + "\n", encoding="utf-8")
-    (out_dir / "README.md").write_text(space_readme(folder, device), encoding="utf-8")
+    (out_dir / "README.md").write_text(space_readme(folder, device, variant), encoding="utf-8")
     (out_dir / ".gitattributes").write_text(gitattributes(out_dir), encoding="utf-8")
     size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
     space = f"USER/aiayn-{config.src_lang}-{config.tgt_lang}"
     flavor = f" --flavor {GPU_FLAVOR}" if device == "cuda" else ""
     return [
-        f"wrote {out_dir}: {size / 1e6:.1f} MB, a Gradio Space serving {label} on the {device.upper()} "
+        f"wrote {out_dir}: {size / 1e6:.1f} MB, a Gradio Space serving {label} ({variant}) on the {device.upper()} "
         f"({len(modules)} modules of {PACKAGE}; {folder.provenance()})",
         f"try it: pip install -r {out_dir}/requirements.txt gradio=={importlib.metadata.version(GRADIO)} "
         f"&& python {out_dir}/app.py, then open http://127.0.0.1:7860/",

@@ -2,11 +2,12 @@
 
 The folder holds the page and its ES modules (``page/``), the contract's graphs in the variant asked for with their
 one weights file (``web_graphs.py``), the model folder's ``tokenizer.json`` and ``config.json`` and the pinned npm
-files (``npm.py``); any static file server serves it,
-a Hugging Face static Space included. The modules port the CLI's text pipeline and search line by line; every
-rule they need that Python knows (the white space ``str.split`` splits on, which characters start a sentence,
-the clause table, the batching limits) is written here into ``config.json``'s ``web`` section, never
-repeated in the JavaScript. Torch-free: the graphs are already exported.
+files (``npm.py``), and ``preview.py``, a local server that sends the headers a static Space sends
+(``ISOLATION_HEADERS``); any static file server serves it, a Hugging Face static Space included, and where it sends
+those headers the page runs ONNX Runtime's WASM on several threads (``page/engine.js``). The modules port the CLI's
+text pipeline and search line by line; every rule they need that Python knows (the white space ``str.split`` splits
+on, which characters start a sentence, the clause table, the batching limits) is written here into ``config.json``'s
+``web`` section, never repeated in the JavaScript. Torch-free: the graphs are already exported.
 """
 
 from __future__ import annotations
@@ -39,6 +40,43 @@ from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER
 
 PAGE_DIR = Path(__file__).with_name("page")
 WEB_SECTION = "web"
+# WASM threads share memory (SharedArrayBuffer), which a browser gives only a cross-origin isolated page: one served
+# with these headers. A static Space sends them where its front matter's ``custom_headers`` asks; so does the preview.
+ISOLATION_HEADERS = {
+    "cross-origin-embedder-policy": "require-corp",
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-resource-policy": "cross-origin",
+}
+PREVIEW_FILE = "preview.py"
+PREVIEW_PORT = 8000
+PREVIEW = '''"""This folder on http://127.0.0.1:PORT/ with the headers its Space sends, so that the page is cross-origin
+isolated and runs on all its threads (`python -m http.server` sends none of them): python preview.py [PORT]
+
+Written by aiayn's `aiayn export MODEL --to web`; the standard library only.
+"""
+
+import functools
+import http.server
+import sys
+from pathlib import Path
+
+HEADERS = {headers!r}
+
+
+class IsolatedHandler(http.server.SimpleHTTPRequestHandler):
+    def end_headers(self) -> None:
+        for name, value in HEADERS.items():
+            self.send_header(name, value)
+        super().end_headers()
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else {port}
+    handler = functools.partial(IsolatedHandler, directory=str(Path(__file__).resolve().parent))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        print(f"serving on http://127.0.0.1:{{port}}/ (cross-origin isolated), Ctrl-C to stop", flush=True)
+        server.serve_forever()
+'''
 
 
 def web_section(folder: ModelFolder, variant: str) -> dict[str, Any]:
@@ -92,11 +130,17 @@ def web_section(folder: ModelFolder, variant: str) -> dict[str, Any]:
 def space_readme(folder: ModelFolder) -> str:
     """README.md of the folder: the front matter that makes it a Hugging Face static Space."""
     config = folder.config
+    headers = "".join(f"  {name}: {value}\n" for name, value in ISOLATION_HEADERS.items())
     return (
         f"---\ntitle: aiayn {config.src_lang}-{config.tgt_lang} in the browser\nemoji: 🌐\ncolorFrom: blue\n"
-        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n---\n\n"
+        "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n"
+        f"custom_headers:\n{headers}---\n\n"
         f"Translates {config.src_lang} → {config.tgt_lang} on the visitor's own device with onnxruntime-web (WASM): "
-        "the page, its modules, the ONNX graphs and the tokenizer are static files; no server code runs.\n"
+        "the page, its modules, the ONNX graphs and the tokenizer are static files; no server code runs. The front "
+        "matter's `custom_headers` make the page cross-origin isolated, so that WASM runs on as many threads as the "
+        "visitor's cores (up to 4); a server without them gets one thread, and the page says which.\n\n"
+        f"Try it here: `python {PREVIEW_FILE}`, then open http://127.0.0.1:{PREVIEW_PORT}/ (it sends the same "
+        "headers; `python -m http.server` does not).\n\n"
         "Written by aiayn's `aiayn export MODEL --to web --out DIR`.\n\nThird-party files, from npm: "
         + "; ".join(f"{p.name} {p.version} ({p.license})" for p in PACKAGES)
         + ".\n"
@@ -126,6 +170,8 @@ def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_
         if page_file.is_file():
             shutil.copyfile(page_file, out_dir / page_file.name)
     (out_dir / "README.md").write_text(space_readme(folder), encoding="utf-8")
+    preview = PREVIEW.format(headers=ISOLATION_HEADERS, port=PREVIEW_PORT)
+    (out_dir / PREVIEW_FILE).write_text(preview, encoding="utf-8")
     for package in PACKAGES:
         copy_files(package, out_dir, cache_dir)
     size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
@@ -133,5 +179,6 @@ def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_
     versions = ", ".join(f"{p.name} {p.version}" for p in PACKAGES)
     return [
         f"wrote {out_dir}: {size / 1e6:.1f} MB, of which {graphs_size / 1e6:.1f} MB {variant} graphs ({versions})",
-        f"try it: python -m http.server --directory {out_dir}, then open http://127.0.0.1:8000/",
+        f"try it: python {out_dir / PREVIEW_FILE}, then open http://127.0.0.1:{PREVIEW_PORT}/ (cross-origin "
+        "isolated, as its Space: WASM on all cores)",
     ]

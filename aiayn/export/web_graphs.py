@@ -3,7 +3,8 @@
 Both graphs keep their large constants in one external-data file, ``weights.bin``, in which each distinct tensor's
 bytes are written once: the embedding both graphs look tokens up in is one copy, and the page fetches the file once
 and hands the same bytes to both sessions (``page/engine.js``). fp32 is the folder's own graphs with nothing but
-their storage changed, so they compute exactly what they computed before.
+their storage changed and ONNX Runtime's fusions applied once here (``fused_for_the_browser``) instead of in the
+browser, so they compute what they computed before.
 
 The weight-only variants (``block_quant.VARIANTS``, the ones `aiayn translate --variant` runs on a CPU) store every
 projection's weight and the embedding as the same blocks the CPU serving graphs hold (``block_quant``, the same
@@ -20,10 +21,12 @@ rounding, and a row's result depends on nothing but the row. Torch-free.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE, VARIANT_KEY
@@ -253,6 +256,24 @@ def quantize_weights(model: onnx.ModelProto, scheme: BlockScheme) -> None:
     WeightQuantizer(model.graph, scheme).rewrite()
 
 
+def fused_for_the_browser(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as ONNX Runtime's extended optimizations leave it on a CPU (its fusions: LayerNormalization,
+    FusedMatMul, ...), done once here rather than in every visitor's browser when the page opens (docs/onnx.md, "Threads
+    and the first answer": the sessions' creation is most of the first translation's time). Constant folding is left
+    to the browser (``engine.js``, level basic): folded here, the fp16 weights' casts and the w8/w4 blocks would be
+    stored as fp32, two to eight times the download."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-web-graph-") as name:
+        source, target = Path(name) / "graph.onnx", Path(name) / "fused.onnx"
+        onnx.save(model, str(source))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(target)
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "fused.bin")
+        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        ort.InferenceSession(str(source), options, ["CPUExecutionProvider"], disabled_optimizers=["ConstantFolding"])
+        return onnx.load(str(target))
+
+
 def check_variant(variant: str) -> None:
     if variant not in WEB_VARIANTS:
         raise ValueError(f"unknown browser variant {variant!r}; choose one of {', '.join(WEB_VARIANTS)}")
@@ -269,6 +290,7 @@ def write_browser_graphs(folder: ModelFolder, variant: str, out_dir: Path) -> li
             if variant in VARIANTS:
                 quantize_weights(model, VARIANTS[variant])
             stamp = {entry.key: entry.value for entry in model.metadata_props} | {VARIANT_KEY: variant}
+            model = fused_for_the_browser(model)
             del model.metadata_props[:]
             onnx.helper.set_model_props(model, stamp)
             shared.externalize(model.graph)

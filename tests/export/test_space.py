@@ -8,14 +8,16 @@ import subprocess
 import sys
 import tomllib
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 
 import gradio
 import pytest
 from gradio_client import Client
 
+from aiayn.bench.web import CHROMIUM, chromium
 from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.export.space import ImportWalk, imports
@@ -46,8 +48,9 @@ def torch_free_modules() -> list[str]:
     return next(c["source_modules"] for c in contracts if "torch" in c.get("forbidden_modules", []))
 
 
-def cli_translate(model: str, lines: list[str], beam: int) -> list[str]:
+def cli_translate(model: str, lines: list[str], beam: int, variant: str = "fp32") -> list[str]:
     command = [sys.executable, "-m", "aiayn.cli", "translate", "--model", model, "--beam", str(beam), "--device", "cpu"]
+    command += ["--variant", variant]
     return subprocess.run(command, input="\n".join(lines), capture_output=True, text=True, check=True).stdout.split(
         "\n"
     )[: len(lines)]
@@ -60,11 +63,14 @@ def json_route(url: str, sentences: list[str], direction: str, beam: int) -> lis
         return list(json.loads(answer.read())["translations"])
 
 
-def assert_answers_as_translate(url: str, model: str, direction: str, sentences: list[str]) -> None:
-    """The JSON route and the page's API give `aiayn translate --model MODEL`'s lines, at greedy and beam 4."""
+def assert_answers_as_translate(
+    url: str, model: str, direction: str, sentences: list[str], variant: str = "fp32"
+) -> None:
+    """The JSON route and the page's API give `aiayn translate --model MODEL --variant VARIANT`'s lines, at greedy
+    and beam 4."""
     client = Client(url, verbose=False)
     for beam in (1, 4):
-        expected = cli_translate(model, sentences, beam)
+        expected = cli_translate(model, sentences, beam, variant)
         assert json_route(url, sentences, direction, beam) == expected
         assert [client.predict(s, direction, beam, api_name="/translate")[0] for s in sentences] == expected
 
@@ -90,7 +96,8 @@ def test_the_space_holds_the_page_the_model_and_what_it_needs(bundled: dict[str,
     assert "onnxruntime" in names and "sentencex" in names and all("==" in line for line in requirements)
     assert not {"gradio", "torch", "onnxruntime-gpu"} & set(names)
     assert (space / ".gitattributes").read_text() == "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
-    assert 'device="cpu"' in (space / "app.py").read_text()
+    assert 'device="cpu", variant="fp32"' in (space / "app.py").read_text()
+    assert "served with ONNX Runtime on the CPU (fp32 weights)" in readme
 
     # The package's part is what app.py reaches, all of it torch-free by the layer contract.
     copied = sorted(
@@ -131,6 +138,13 @@ def test_refusals_are_one_line(tiny_folder: Path, tmp_path: Path, capsys: pytest
     assert main(["export", str(ungraphed), "--to", "space", "--out", str(tmp_path / "gpu"), "--device", "cuda"]) == 2
     error = capsys.readouterr().err
     assert len(error.strip().splitlines()) == 1 and "encoder.onnx" in error
+    for device, variant in (("cpu", "fp16"), ("cuda", "w8")):
+        out = str(tmp_path / f"{device}-{variant}")
+        assert (
+            main(["export", str(tiny_folder), "--to", "space", "--out", out, "--device", device, "--variant", variant])
+            == 2
+        )
+        assert f"a Space on the {device.upper()} serves --variant" in capsys.readouterr().err
 
 
 def test_an_imported_folder_names_its_checkpoint_and_licence(tiny_folder: Path, tmp_path: Path) -> None:
@@ -162,12 +176,91 @@ def test_the_page_says_what_each_model_knows(bundled: dict[str, Path]) -> None:
     assert "**de → en**: trained on Multi30k image captions (29 000 pairs)." in page
 
 
-def test_the_space_serves_from_a_fresh_environment_as_translate(
+@pytest.fixture(scope="module", params=["fp32", "w8"])
+def served(
+    request: pytest.FixtureRequest,
     bundled: dict[str, Path],
     space_python: Path,
     serve_space: Callable[..., AbstractContextManager[str]],
-    tmp_path: Path,
-) -> None:
-    space = export("en-de", tmp_path / "space")
-    with serve_space(space_python, space, tmp_path / "space.log") as url:
-        assert_answers_as_translate(url, "en-de", "en-de", SENTENCES)
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, str]]:
+    """(variant, URL): the bundled en-de's Space of each variant, served by its own app.py from the one fresh
+    environment that every Space test shares."""
+    variant = request.param
+    folder = tmp_path_factory.mktemp(f"space-{variant}")
+    space = export("en-de", folder / "space", "--variant", variant)
+    assert f'variant="{variant}"' in (space / "app.py").read_text()
+    with serve_space(space_python, space, folder / "space.log") as url:
+        yield variant, url
+
+
+def test_the_space_serves_from_a_fresh_environment_as_translate(served: tuple[str, str]) -> None:
+    variant, url = served
+    assert_answers_as_translate(url, "en-de", "en-de", SENTENCES, variant)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed: apt-get install -y chromium (Debian's package)"
+)
+def test_every_feature_of_the_page_works_in_the_exported_space(served: tuple[str, str], tmp_path: Path) -> None:
+    """In Chromium, on the Space's own page: translate, the heatmap and its heads, swap (one direction: nothing to
+    swap to), an example, the unsure and the long-sentence notes, a file's upload and its translation's download;
+    the answers `aiayn translate --variant`'s, and nothing in the page's console."""
+    from playwright.sync_api import expect
+
+    from aiayn.serve.page import FALLBACK_EXAMPLES
+    from aiayn.serve.service import TranslationService
+    from aiayn.serve.status import from_one, notes
+
+    variant, url = served
+    service = TranslationService(device="cpu", variant=variant)
+    translation_of = partial(service.translate, model="en-de")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 1400})
+        page.set_default_timeout(60_000)
+        errors: list[str] = []
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url, wait_until="load")
+        expect(page.get_by_text(f"{variant} weights", exact=False)).to_be_visible()
+        source, translation, status = (
+            page.locator("#source-text textarea"),
+            page.locator("#translation textarea"),
+            page.locator("#status"),
+        )
+
+        def translate(text: str) -> None:
+            source.fill(text)
+            page.locator("#translate-button").click()
+            expect(translation).to_have_value(translation_of(text).text)
+            for note in notes(*from_one(translation_of(text))):
+                expect(status).to_contain_text(note)
+
+        translate("Two dogs play in the snow.")
+        heatmap = page.locator("#attention-heatmap table")
+        expect(heatmap).to_be_visible()
+        expect(heatmap.locator("tr").first).to_contain_text("_dogs")
+        page.get_by_label("0", exact=True).check()  # one head instead of the average
+        expect(heatmap).to_be_visible()
+
+        page.locator("#swap-button").click()  # the Space serves en → de alone: the texts stay
+        expect(source).to_have_value("Two dogs play in the snow.")
+        example = FALLBACK_EXAMPLES["en"][0]  # the Space keeps no corpus: the built-in examples
+        page.locator("#examples").get_by_text(example[:30]).click()
+        expect(source).to_have_value(example)
+
+        unsure = "Two dogs play in the snow.\nJohn and Mary visit Berlin."
+        assert translation_of(unsure).unsure_lines == [1]
+        translate(unsure)
+        translate(" ".join(["the big dog runs and the small cat sleeps"] * 45))  # ~410 tokens, clause by clause
+
+        page.get_by_text("Translate a UTF-8 .txt file").click()
+        upload = tmp_path / "captions.txt"
+        upload.write_text("\n".join(SENTENCES), encoding="utf-8")
+        page.locator("#upload input[type=file]").set_input_files(str(upload))
+        link = page.locator("#download a[download]").first
+        expect(link).to_be_visible()
+        downloaded = page.request.get(link.get_attribute("href") or "").text()
+        assert downloaded == service.translate_file("\n".join(SENTENCES), "en-de") + "\n"
+        page.close()
+    assert errors == []

@@ -1,4 +1,4 @@
-"""`aiayn export --to web`: the static folder, served by `python -m http.server`, translates in Debian's Chromium
+"""`aiayn export --to web`: the static folder, served by its preview.py, translates in Debian's Chromium
 exactly as `aiayn translate` does, untidy lines included, greedy and beam 4, in both directions; and so does a
 Marian-like folder with a SentencePiece tokenizer, at greedy and at its own beam."""
 
@@ -18,6 +18,7 @@ from aiayn.bench.web import (
     chromium,
     cli_translations,
     downloaded_files,
+    first_parts,
     open_page,
     served_folder,
     translate_in_page,
@@ -27,10 +28,22 @@ from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.export.npm import PACKAGES, matches
-from aiayn.export.web import export_web
+from aiayn.export.web import ISOLATION_HEADERS, PREVIEW_FILE, export_web
 from aiayn.export.web_graphs import WEIGHTS_FILE
 from aiayn.serve.service import LoadedModel, TranslationService
 
+# The parts of a page's loading that page/aiayn.js times.
+STARTUP_PARTS = (
+    "config",
+    "device",
+    "tokenizer",
+    "sentencex",
+    "engine",
+    "runtime",
+    "weights",
+    "encoder session",
+    "decoder session",
+)
 CAPTIONS = 30  # test captions per direction (`aiayn bench --web` runs 200)
 # Lines the captions do not have: white space of every kind, an emoji and another script (left out or kept),
 # two sentences, a long sentence cut into clauses, a character whose NFKC leaves the vocabulary (¼), an empty line.
@@ -181,16 +194,52 @@ def test_the_page_box_and_bad_calls(pages: dict[str, Any], service: TranslationS
             page.evaluate(call)
 
 
-def test_the_folder_is_static_and_names_what_it_holds(pages: dict[str, Any], tmp_path: Path) -> None:
+def test_the_folder_is_static_and_names_what_it_holds(pages: dict[str, Any], browser: Any, tmp_path: Path) -> None:
+    """Its README asks the Space for the headers that isolate the page and names the preview that sends them; a
+    plain static server sends none, and the page runs one thread and says why."""
     out = tmp_path / "site"
     lines = export_web(ModelFolder.open("en-de"), out)
     names = {p.name for p in out.iterdir()}
     assert {"index.html", "aiayn.js", "encoder.onnx", "decoder.onnx", WEIGHTS_FILE, "tokenizer.json"} <= names
     assert {Path(f).name for package in PACKAGES for f in package.files} <= names
-    assert "sdk: static" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert "sdk: static" in readme and f"`python {PREVIEW_FILE}`" in readme
+    front = readme.split("---\n")[1]
+    assert "custom_headers:\n" + "".join(f"  {name}: {value}\n" for name, value in ISOLATION_HEADERS.items()) in front
     web = json.loads((out / "config.json").read_text())["web"]
     assert (web["variant"], web["weights"]) == ("fp32", WEIGHTS_FILE)
     assert lines[0].startswith(f"wrote {out}: ") and " MB " in lines[0]
+    assert f"python {out / PREVIEW_FILE}" in lines[1]
+    with served_folder(out, isolated=False) as url:
+        page, _ = open_page(browser, url)
+        assert page.evaluate("window.aiayn.ready")["threads"] == 1
+        expect_status = "WASM on 1 thread: the server does not make this page cross-origin isolated"
+        page.wait_for_function(
+            "text => document.getElementById('status').textContent.includes(text)", arg=expect_status
+        )
+        page.close()
+
+
+def test_an_isolated_page_runs_a_thread_per_core_and_its_lines_are_one_threads(
+    pages: dict[str, Any], browser: Any, multi30k_dir: Path
+) -> None:
+    """preview.py sends the headers the Space sends: the page runs one WASM thread per core (at most 4) and says so,
+    and its translations are one thread's, greedy and beam 4."""
+    page = pages["en-de"]
+    cores = page.evaluate("navigator.hardwareConcurrency")
+    ready = page.evaluate("window.aiayn.ready")
+    assert ready["isolated"] and ready["threads"] == min(cores, 4)
+    parts = first_parts(page)  # where the first translation's time went, as `aiayn bench --web` reports it
+    assert set(parts) == {*STARTUP_PARTS, "first translation"}
+    assert parts["weights"][0] < parts["runtime"][1]  # the weights download while the runtime's module loads
+    assert max(end for _, end in parts.values()) == parts["first translation"][1]
+    one, _ = open_page(browser, page.url.split("?")[0], threads=1)
+    assert one.evaluate("window.aiayn.ready")["threads"] == 1
+    one.wait_for_function("document.getElementById('status').textContent.includes('WASM on 1 thread).')")
+    lines = lines_for(multi30k_dir, "en")
+    for beam in (1, 4):
+        assert translate_in_page(page, lines, beam)[0] == translate_in_page(one, lines, beam)[0]
+    one.close()
 
 
 def test_export_to_web_needs_out(capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,7 @@ from aiayn.engines import BLOCK_VARIANTS, ONNX_SERVING
 from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
 from aiayn.engines.onnx.device_buffers import DeviceBuffers
-from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.kernel_rows import rows_for
 from aiayn.engines.onnx.quantize import quantize_int8
@@ -82,7 +82,7 @@ class ServingEngine(Generic[S]):
         tokens = self.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = self.config.never_generate
-        self.attention_engine: PortableOnnxEngine | None = None  # the contract's graphs, opened for the heatmap only
+        self.attention_view: AttentionView | None = None  # built from the weights for the heatmap only
 
     @classmethod
     def load(
@@ -152,8 +152,8 @@ class ServingEngine(Generic[S]):
         return log_probs, state
 
     def cross_attention(self, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
-        """The attention view, from the contract's decoder on the CPU (which outputs it): (batch, heads, out_len,
-        src_len)."""
-        if self.attention_engine is None:
-            self.attention_engine = PortableOnnxEngine.load(self.folder, device="cpu", threads=1)
-        return self.attention_engine.cross_attention(src_ids, out_ids)
+        """The attention view, from graphs built from the weights on the CPU (``attention_view.py``): (batch, heads,
+        out_len, src_len)."""
+        if self.attention_view is None:
+            self.attention_view = AttentionView.build(self.folder)
+        return self.attention_view.cross_attention(src_ids, out_ids)

@@ -2,25 +2,44 @@
 // as `aiayn translate` gives them (the beam the folder's config.json sets by default). Everything comes from this
 // folder: the model's config.json and tokenizer.json, the graphs, and the pinned npm files beside this module.
 // The page's address picks ONNX Runtime's device: `?device=auto` (the default: WebGPU where the browser offers
-// it, else WASM), `?device=wasm` (the CLI's very answers), `?device=webgpu`.
+// it, else WASM), `?device=wasm` (the CLI's very answers), `?device=webgpu`; and `?threads=N` caps WASM's threads
+// (default: one per core where the page is cross-origin isolated, else one; engine.js).
 import initSentencex, { segment } from "./sentencex_wasm.js";
 import { Tokenizer } from "./tokenizers.min.mjs";
-import { OrtEngine, pickDevice } from "./engine.js";
+import { OrtEngine, pickDevice, wasmThreads } from "./engine.js";
 import { searchAll } from "./search.js";
 import { Codec, TextPipeline } from "./text.js";
 
+// Where the page's first seconds go: each part's start and end, in ms since the page was opened.
+const timings = {};
+
+/** `promise`, its time kept in `timings` under `name`. */
+async function timed(name, promise) {
+  const start = performance.now();
+  const value = await promise;
+  timings[name] = { start, end: performance.now() };
+  return value;
+}
+
 async function load() {
+  const asked = new URLSearchParams(location.search);
+  const threads = wasmThreads(Number(asked.get("threads")) || 0);
   const [config, device] = await Promise.all([
-    fetch("config.json").then((response) => response.json()),
-    pickDevice(new URLSearchParams(location.search).get("device") ?? "auto"),
+    timed("config", fetch("config.json").then((response) => response.json())),
+    timed("device", pickDevice(asked.get("device") ?? "auto")),
   ]);
   // The graphs load while the tokenizer and sentencex do: the WASM compiles and downloads overlap.
-  const [tokenizerJson, , engine] = await Promise.all([
-    fetch("tokenizer.json").then((response) => response.json()),
-    initSentencex(),
-    OrtEngine.load(config.web, config, device),
+  const [tokenizer, , engine] = await Promise.all([
+    timed(
+      "tokenizer",
+      fetch("tokenizer.json")
+        .then((response) => response.json())
+        .then((json) => new Tokenizer(json, {})),
+    ),
+    timed("sentencex", initSentencex()),
+    timed("engine", OrtEngine.load(config.web, config, device, threads, timed)),
   ]);
-  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.web.special_tokens, config.model.source_prefix);
+  const codec = new Codec(tokenizer, config.web.special_tokens, config.model.source_prefix);
   const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
   return { config, text, engine, device };
 }
@@ -33,12 +52,14 @@ async function translate(lines, { beam } = {}) {
     throw new TypeError("translate(lines): lines must be an array of strings");
   }
   const { config, text, engine } = await loaded;
+  const first = !("first translation" in timings) && performance.now();
   beam ??= config.web.beam_size;
   if (!Number.isInteger(beam) || beam < 1) throw new RangeError(`beam must be a positive integer, got ${beam}`);
   const broken = lines.findIndex((line) => text.splitLines(line).length > 1);
   if (broken >= 0) throw new RangeError(`line ${broken + 1} holds a line break; give one line per item`);
   const prepared = text.prepare(lines.map((line) => text.splitLines(line)[0] ?? ""));
   const outIds = await searchAll(engine, prepared.srcIds, config.web, beam);
+  if (first) timings["first translation"] = { start: first, end: performance.now() };
   return text.assemble(prepared, outIds);
 }
 
@@ -49,13 +70,16 @@ async function translateText(source, { beam } = {}) {
 }
 
 export const aiayn = {
-  ready: loaded.then(({ config, device }) => ({
+  ready: loaded.then(({ config, device, engine }) => ({
     src: config.model.src_lang,
     tgt: config.model.tgt_lang,
     device,
+    threads: engine.threads,
+    isolated: globalThis.crossOriginIsolated === true,
     beam: config.web.beam_size,
   })),
   translate,
   translateText,
+  timings,
 };
 window.aiayn = aiayn;

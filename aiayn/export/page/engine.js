@@ -14,6 +14,18 @@ export async function pickDevice(device) {
   return "wasm";
 }
 
+// WASM threads beyond this many measured no faster (onnxruntime-web's own default stops at 4 too).
+export const MAX_THREADS = 4;
+
+/** The WASM threads the page runs: one per core of the visitor's (at most MAX_THREADS, or `asked` where given)
+ * where the page is cross-origin isolated (its server sends COOP and COEP, as the folder's Space and preview.py
+ * do: threads share memory, which a browser gives no other page), else one. */
+export function wasmThreads(asked) {
+  if (!globalThis.crossOriginIsolated) return 1;
+  const cores = navigator.hardwareConcurrency || 1;
+  return Math.max(1, Math.min(asked || cores, cores, MAX_THREADS));
+}
+
 function tensor(type, data, dims) {
   return new ort.Tensor(type, data, dims);
 }
@@ -27,8 +39,9 @@ function gather(array, rows) {
 }
 
 export class OrtEngine {
-  constructor(web, config, encoder, decoder) {
+  constructor(web, config, encoder, decoder, threads) {
     this.web = web;
+    this.threads = threads;
     const special = web.special_tokens;
     this.bos = special.bos;
     this.eos = special.eos;
@@ -39,28 +52,35 @@ export class OrtEngine {
     this.decoder = decoder;
   }
 
-  /** Both graphs on `device` ("webgpu" or "wasm"). WASM runs on one thread: threads need a cross-origin isolated
-   * page, which a plain static server does not give, and one WASM thread is the setting whose answers were checked
-   * against `aiayn translate` (WebGPU's float arithmetic is not the CPU's: its answers may differ slightly). */
-  static async load(web, config, device) {
-    ort = await import(device === "webgpu" ? "./ort.webgpu.min.mjs" : "./ort.wasm.min.mjs");
-    ort.env.wasm.numThreads = 1;
-    const providers = device === "webgpu" ? ["webgpu", "wasm"] : ["wasm"];
+  /** Both graphs on `device` ("webgpu" or "wasm"), WASM on `threads` threads (`wasmThreads`): the threads split
+   * each product's rows and columns, never a sum, so every thread count gives `aiayn translate`'s answers
+   * (WebGPU's float arithmetic is not the CPU's: its answers may differ slightly). */
+  static async load(web, config, device, threads, timed = (name, promise) => promise) {
     // Both graphs read their weights from one file (each tensor stored once, the embedding they share included):
-    // fetched once, its bytes handed to both sessions.
-    const response = await fetch(web.weights);
-    if (!response.ok) throw new Error(`${web.weights}: ${response.status} ${response.statusText}`);
-    const weights = new Uint8Array(await response.arrayBuffer());
+    // fetched once, its bytes handed to both sessions; the download runs while ONNX Runtime's module loads.
+    const download = timed(
+      "weights",
+      fetch(web.weights).then(async (response) => {
+        if (!response.ok) throw new Error(`${web.weights}: ${response.status} ${response.statusText}`);
+        return new Uint8Array(await response.arrayBuffer());
+      }),
+    );
+    ort = await timed("runtime", import(device === "webgpu" ? "./ort.webgpu.min.mjs" : "./ort.wasm.min.mjs"));
+    ort.env.wasm.numThreads = threads;
+    const providers = device === "webgpu" ? ["webgpu", "wasm"] : ["wasm"];
+    const weights = await download;
     const options = {
       executionProviders: providers,
-      graphOptimizationLevel: "all",
+      // The graphs come fused (export/web_graphs.py); what is left is folding their constants: the fp16 weights
+      // into fp32, the w8/w4 blocks, the shapes.
+      graphOptimizationLevel: "basic",
       externalData: [{ path: web.weights, data: weights }],
     };
     // One after the other: created at once, the two sessions opened later (a page's first translation at 8-15 s
     // against 3-11 s in alternating runs on a busy machine).
-    const encoder = await ort.InferenceSession.create(web.encoder, options);
-    const decoder = await ort.InferenceSession.create(web.decoder, options);
-    return new OrtEngine(web, config, encoder, decoder);
+    const encoder = await timed("encoder session", ort.InferenceSession.create(web.encoder, options));
+    const decoder = await timed("decoder session", ort.InferenceSession.create(web.decoder, options));
+    return new OrtEngine(web, config, encoder, decoder, threads);
   }
 
   /** Encode a batch of source id lists (each ending in </s>), right-padded. */
