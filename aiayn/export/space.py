@@ -32,13 +32,13 @@ from aiayn.core.folder import (
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.engines import BLOCK_VARIANTS
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.resident import RESIDENT_VARIANTS
+from aiayn.engines.onnx.serving import SERVING_VARIANTS
 
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package
 MODEL_DIR = "model"  # the model folder inside the Space
 # The variants a Space serves on each device: what the serving engine builds from the weights there.
-SPACE_VARIANTS = {"cpu": ("fp32", *BLOCK_VARIANTS), "cuda": RESIDENT_VARIANTS}
+SPACE_VARIANTS = {"cpu": ("fp32", *BLOCK_VARIANTS), "cuda": SERVING_VARIANTS["cuda"]}
 # What the serving engines read (they build their graphs from the weights, and so does the page's attention view,
 # ``engines/onnx/attention_view.py``), and where the folder has them, the target side's tokenizer, the record of
 # what the model knows and the validation pairs the page takes examples from; a GPU Space carries the contract's

@@ -27,9 +27,9 @@ from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import BLOCK_VARIANTS, ONNX_SERVING
 from aiayn.engines.onnx import serving_spec
+from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
 from aiayn.engines.onnx.device_buffers import DeviceBuffers
-from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.kernel_rows import rows_for
 from aiayn.engines.onnx.quantize import quantize_int8
