@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.cli.args import UserError, add_data_flag
+from aiayn.core.contract import VARIANTS as EXPORTED_VARIANTS
 from aiayn.core.folder import ModelFolder
 from aiayn.core.normalizer import normalize_text
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus, is_multi30k_pair
@@ -57,8 +58,11 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise UserError("--out DIR goes with --to web or --to space, and they need it")
     if args.device is not None and args.to != "space":
         raise UserError("--device goes with --to space (the Space's hardware); graphs serve on any device")
-    if args.variant is not None and args.to not in folders:
-        raise UserError("--variant goes with --to web or --to space (the ONNX graphs take --quantize int8 and --fp16)")
+    variants = [v for v in (args.variant or "").split(",") if v]
+    if args.to in folders and len(variants) > 1:
+        raise UserError(f"--to {args.to} serves one variant: --variant fp32, w8 or w4 (not {args.variant})")
+    if args.to == "ctranslate2" and variants:
+        raise UserError("--variant goes with --to onnx, web or space; a CTranslate2 model is fp32 here")
     if args.to == "web":
         from aiayn.export.web import export_web
 
@@ -75,7 +79,11 @@ def cmd_export(args: argparse.Namespace) -> None:
     from aiayn.export.checks import export_folder
     from aiayn.model.weights import load_model
 
-    variants = [*(["int8"] if args.quantize == "int8" else []), *(["fp16"] if args.fp16 else [])]
+    unknown = [v for v in variants if v not in EXPORTED_VARIANTS]
+    if unknown:
+        choices = ", ".join(EXPORTED_VARIANTS)
+        raise UserError(f"--variant {','.join(unknown)} is no ONNX graph variant; --to onnx writes {choices}")
+    variants = [v for v in variants if v != "fp32"]  # fp32 is always written
     if args.check_sentences < 0:  # before the slow part
         raise ValueError(f"--check-sentences must be 0 or more, got {args.check_sentences}")
     model = load_model(folder)
@@ -87,8 +95,6 @@ def cmd_export(args: argparse.Namespace) -> None:
 def add_export(sub: Any) -> None:
     p = sub.add_parser("export", help="write encoder/decoder ONNX graphs into a model folder and check them")
     p.add_argument("model", help="bundled model name (en-de, de-en) or model folder")
-    p.add_argument("--quantize", choices=("int8",), default=None, help="also write int8 graphs (dynamic quantization)")
-    p.add_argument("--fp16", action="store_true", help="also write fp16 graphs (for CUDA)")
     p.add_argument(
         "--to",
         choices=("onnx", "ctranslate2", "web", "space"),
@@ -107,8 +113,9 @@ def add_export(sub: Any) -> None:
     p.add_argument(
         "--variant",
         default=None,
-        help="the browser folder's graphs (--to web), or the weights the Space serves (--to space): fp32 (default: "
-        f"the CLI's very answers) or a weight-only block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as "
+        help="--to onnx: the graphs written beside fp32, comma-separated: int8 (dynamic int8, CPU), fp16 (CUDA); "
+        "--to web, the browser folder's graphs, and --to space, the weights the Space serves: fp32 (default: the "
+        f"CLI's very answers) or a weight-only block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as "
         "`aiayn translate --variant` runs them; a GPU Space (--device cuda) serves fp32 or fp16",
     )
     p.add_argument(

@@ -197,7 +197,7 @@ def export_folder(
     if check_sentences < 0:
         raise ValueError(f"--check-sentences must be 0 or more, got {check_sentences}")
     if to == "ctranslate2" and variants:
-        raise ValueError("--quantize and --fp16 apply to ONNX graphs; leave them out with --to ctranslate2")
+        raise ValueError("--variant int8 and fp16 are ONNX graphs; leave --variant out with --to ctranslate2")
     sentences = sentences[: max(check_sentences, PARITY_SENTENCES)]
     if to == "ctranslate2":
         return export_to_ctranslate2(model, folder, sentences[: max(check_sentences, 1)])

@@ -5,7 +5,7 @@
   and beam 4; fp16: BLEU within 0.2 of the CPU fp32 engine's;
 - the contract's fp32 graphs on CUDA, the decoder state bound on the device
   (``BoundIO``): the very ids of the CPU fp32 engine, greedy and beam 4;
-- the contract's fp16 graphs (exported here, as `aiayn export --fp16` does) on CUDA: BLEU
+- the contract's fp16 graphs (exported here, as `aiayn export --variant fp16` does) on CUDA: BLEU
   within 0.2 of the CPU fp32 engine's;
 - `aiayn serve --device cuda`: the page's API answers, with the serving engine on the CUDA provider.
 
@@ -165,7 +165,7 @@ def test_the_serving_engine_passes_its_self_check_on_the_device(
 
 @pytest.fixture(scope="module")
 def fp16_folders(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Copies of the bundled folders with the fp16 graphs added, as `aiayn export --fp16` writes them."""
+    """Copies of the bundled folders with the fp16 graphs added, as `aiayn export --variant fp16` writes them."""
     pytest.importorskip("torch", reason="exporting the fp16 graphs needs PyTorch")
     from aiayn.export.onnx_export import export_onnx
     from aiayn.model.weights import load_model

@@ -53,7 +53,7 @@ def test_missing_files_are_named_with_the_fix(tiny_folder: Path, tmp_path: Path)
     (folder / "tokenizer.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"lacks tokenizer\.json, encoder\.onnx; re-export .*aiayn export"):
         PortableOnnxEngine.load(folder, device="cpu")
-    with pytest.raises(FileNotFoundError, match=r"encoder\.int8\.onnx.*--quantize int8"):
+    with pytest.raises(FileNotFoundError, match=r"encoder\.int8\.onnx.*--variant int8"):
         PortableOnnxEngine.load(tiny_folder.parent / "nowhere", device="cpu", variant="int8")
 
 

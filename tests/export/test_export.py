@@ -15,6 +15,7 @@ import torch
 from onnx import TensorProto
 
 from aiayn.cli import export as export_command
+from aiayn.cli.args import UserError
 from aiayn.core.config import PRESETS, ModelConfig
 from aiayn.core.contract import (
     DECODER_FILE,
@@ -247,7 +248,7 @@ def test_the_export_command_prints_its_checks_and_refuses_bad_input(
     shutil.copytree(folder, copy)
     monkeypatch.setattr(checks, "PARITY_SENTENCES", 8)  # keep the random model's lockstep check short
     monkeypatch.setattr(export_command, "check_set", lambda *args: (checks.FALLBACK_SENTENCES, None))
-    args = parser.parse_args(["export", str(copy), "--quantize", "int8", "--fp16", "--check-sentences", "2"])
+    args = parser.parse_args(["export", str(copy), "--variant", "int8,fp16", "--check-sentences", "2"])
     args.func(args)
     out = capsys.readouterr().out
     assert "wrote int8: encoder.int8.onnx" in out and "parity: max |log-prob difference|" in out
@@ -256,7 +257,8 @@ def test_the_export_command_prints_its_checks_and_refuses_bad_input(
     for argv, error in (
         (["export", str(tmp_path / "missing")], FileNotFoundError),
         (["export", str(copy), "--check-sentences", "-1"], ValueError),
-        (["export", str(copy), "--to", "ctranslate2", "--fp16"], ValueError),
+        (["export", str(copy), "--to", "ctranslate2", "--variant", "fp16"], UserError),
+        (["export", str(copy), "--variant", "w8"], UserError),
     ):
         args = parser.parse_args(argv)
         with pytest.raises(error):

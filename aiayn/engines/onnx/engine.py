@@ -39,7 +39,7 @@ from aiayn.engines.onnx.sessions import CPU, REEXPORT, check_graph, check_stamp,
 from aiayn.engines.onnx.top_k import with_top_k_head
 from aiayn.engines.state import DecoderState
 
-VARIANT_FLAGS = {"fp32": "", "int8": " --quantize int8", "fp16": " --fp16"}  # what `aiayn export` needs for each
+VARIANT_FLAGS = {"fp32": "", "int8": " --variant int8", "fp16": " --variant fp16"}  # what `aiayn export` needs for each
 
 
 class PortableOnnxEngine:
