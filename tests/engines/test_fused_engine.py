@@ -26,9 +26,10 @@ from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.graph_builder import ExternalWeights, GraphBuilder
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving import ServingEngine
-from aiayn.engines.onnx.serving_graphs import ExternalWeights, GraphBuilder, two_stage_top_k
+from aiayn.engines.onnx.serving_graphs import two_stage_top_k
 from aiayn.engines.onnx.serving_spec import CPU_OPS, serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, graph_problems, open_session
 from aiayn.export.parity import count_identical, max_log_prob_diff

@@ -4,7 +4,7 @@ softmax(QKᵀ/√d_k) written out), from two graphs built from the folder's weig
 The serving graphs cannot give them: their attention kernels (``MultiHeadAttention``, ``GroupQueryAttention``)
 return no weights. The contract's decoder can, but only where `aiayn export MODEL` has written it, and a folder
 that was trained, imported or exported as a Space serves without it. So the view builds its own pair from
-``model.safetensors``, as the serving engines build theirs (``serving_graphs.GraphBuilder``: the same layers, norms
+``model.safetensors``, as the serving engines build theirs (``graph_builder.GraphBuilder``: the same layers, norms
 and stacks): the serving encoder, whose cross keys and values the decoder reads, and a decoder that takes the
 whole output at once (teacher forcing, a causal mask instead of a cache) and outputs what the heatmap shows.
 fp32, whatever the variant served; held only by a page that draws heatmaps.
@@ -37,14 +37,8 @@ from aiayn.core.weight_spec import (
     norm,
     sublayer,
 )
-from aiayn.engines.onnx.serving_graphs import (
-    WEIGHTS_FILE,
-    ExternalWeights,
-    GraphBuilder,
-    Sublayers,
-    build_encoder,
-    graphs_directory,
-)
+from aiayn.engines.onnx.graph_builder import WEIGHTS_FILE, ExternalWeights, GraphBuilder, Sublayers
+from aiayn.engines.onnx.serving_graphs import build_encoder, graphs_directory
 from aiayn.engines.onnx.serving_spec import CROSS_KV, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 

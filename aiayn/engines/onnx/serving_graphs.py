@@ -43,28 +43,23 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import (
-    IR_VERSION,
-    OPSET,
     SRC_IDS,
     SRC_MASK,
     TGT_IDS,
     TOP_IDS,
     TOP_K,
     TOP_LOG_PROBS,
-    GraphSpec,
-    TensorSpec,
     kv_names,
 )
 from aiayn.core.weight_spec import (
@@ -76,8 +71,6 @@ from aiayn.core.weight_spec import (
     FEED_FORWARD,
     LOGITS_BIAS,
     SELF_ATTN,
-    W_1,
-    W_2,
     W_K,
     W_O,
     W_Q,
@@ -89,7 +82,14 @@ from aiayn.core.weight_spec import (
     norm,
     sublayer,
 )
-from aiayn.engines.onnx.block_quant import BlockScheme, quantize_gather, quantize_matmul
+from aiayn.engines.onnx.block_quant import BlockScheme
+from aiayn.engines.onnx.graph_builder import (
+    MS_DOMAIN,
+    WEIGHTS_FILE,
+    ExternalWeights,
+    GraphBuilder,
+    Sublayers,
+)
 from aiayn.engines.onnx.serving_spec import (
     BEAM_WIDTH,
     CACHE_INDIRECTION,
@@ -107,195 +107,6 @@ from aiayn.engines.onnx.serving_spec import (
     serving_decoder_spec,
     serving_encoder_spec,
 )
-
-MS_DOMAIN = "com.microsoft"
-EXTERNAL_MIN_BYTES = 4096  # constants from this size on are external data (ONNX Runtime wants ≥ 128 bytes)
-EXTERNAL_ALIGNMENT = 4096
-WEIGHTS_FILE = "weights.bin"
-POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
-Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
-
-
-def sinusoidal_table(length: int, d_model: int, layout: str) -> np.ndarray:
-    """§3.5 as ``aiayn.model.layers.sinusoidal_positions`` computes it, (length, d_model) float32: sin/cos pairs
-    interleaved, or (``layout`` "halves", Marian's) the d/2 sines first and the d/2 cosines after them."""
-    inv_freq = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
-    angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq[None, :]  # (length, d_model / 2)
-    sin, cos = np.sin(angles), np.cos(angles)
-    if layout == "halves":
-        return np.concatenate((sin, cos), axis=-1)
-    return np.stack((sin, cos), axis=-1).reshape(length, d_model)
-
-
-class ExternalWeights:
-    """The graphs' large constants, written to one file beside them as they are made (ONNX external data).
-
-    A graph that carried its weights inline would exist three times over while a session is built (the
-    protobuf, its serialized bytes, ONNX Runtime's parsed copy) next to the session's own; from a file, ONNX
-    Runtime reads each tensor straight into the session (base size: peak while loading 1 123 → 268 MiB with the
-    fp32 copy gone too; docs/speed.md, Session 8).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.file = path.open("wb")
-
-    def reference(self, name: str, value: np.ndarray) -> onnx.TensorProto:
-        """``value`` appended to the file (at a page-aligned offset); the initializer that points there."""
-        offset = -(-self.file.tell() // EXTERNAL_ALIGNMENT) * EXTERNAL_ALIGNMENT
-        self.file.seek(offset)
-        self.file.write(value.tobytes())
-        tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype))
-        tensor.dims.extend(value.shape)
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        for key, text in (("location", self.path.name), ("offset", offset), ("length", value.nbytes)):
-            tensor.external_data.add(key=key, value=str(text))
-        return tensor
-
-    def close(self) -> None:
-        self.file.close()
-
-
-class GraphBuilder:
-    """Nodes, initializers and unique names for one graph; its large constants go to ``external``; its weight
-    matrices are ``dtype`` (float constants all are), or block-quantized by ``scheme``."""
-
-    def __init__(
-        self,
-        weights: Mapping[str, np.ndarray],
-        external: ExternalWeights,
-        scheme: BlockScheme | None = None,
-        dtype: str = "float32",
-    ) -> None:
-        self.weights = weights
-        self.external = external
-        self.scheme = scheme
-        self.dtype = np.dtype(dtype)
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.counter = 0
-
-    def fresh(self, hint: str) -> str:
-        self.counter += 1
-        return f"{hint}_{self.counter}"
-
-    def const(self, name: str, value: np.ndarray) -> str:
-        value = np.ascontiguousarray(value if value.dtype != np.float32 else value.astype(self.dtype, copy=False))
-        if value.nbytes >= EXTERNAL_MIN_BYTES:
-            self.initializers.append(self.external.reference(name, value))
-        else:  # shapes and scalars stay inline: ONNX Runtime's shape inference reads them
-            self.initializers.append(numpy_helper.from_array(value, name))
-        return name
-
-    def weight(self, name: str) -> np.ndarray:
-        return np.asarray(self.weights[name], dtype=np.float32)
-
-    def op(
-        self, op_type: str, inputs: list[str], hint: str, n_out: int = 1, domain: str = "", **attrs: Any
-    ) -> list[str]:
-        outputs = [self.fresh(hint) for _ in range(n_out)]
-        node = helper.make_node(op_type, inputs, outputs, name=self.fresh(op_type), domain=domain or None, **attrs)
-        self.nodes.append(node)
-        return outputs
-
-    def op1(self, op_type: str, inputs: list[str], hint: str, domain: str = "", **attrs: Any) -> str:
-        return self.op(op_type, inputs, hint, 1, domain, **attrs)[0]
-
-    def linear(self, x: str, names: list[str], hint: str) -> str:
-        """x (rows, in) @ Wᵀ + b for one or several torch Linears fused along the outputs → (rows, Σ out)."""
-        w = np.concatenate([self.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (in, out)
-        b = np.concatenate([self.weight(f"{n}.{BIAS}") for n in names])
-        return self.matmul(x, w, hint, self.const(self.fresh(hint + ".b"), b))
-
-    def matmul(self, x: str, w: np.ndarray, hint: str, bias: str = "") -> str:
-        """x (rows, in) @ ``w`` (in, out) (+ ``bias``): fp32 MatMul (+ Add, which ORT fuses into a Gemm), or
-        ``MatMulNBits`` with the bias as its own input."""
-        if self.scheme is None:
-            y = self.op1("MatMul", [x, self.const(self.fresh(hint + ".w"), w)], hint)
-            return self.op1("Add", [y, bias], hint) if bias else y
-        quantized = quantize_matmul(w, self.scheme)
-        b, scales, *zero_points = (
-            self.const(self.fresh(f"{hint}.{part}"), array)
-            for part, array in zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
-        )
-        inputs = [x, b, scales, *(zero_points or [""]), "", bias]  # A, B, scales, zero_points, g_idx, bias
-        while inputs[-1] == "":
-            inputs.pop()
-        return self.op1("MatMulNBits", inputs, hint, MS_DOMAIN, **quantized.attributes)
-
-    def lookup(self, table: np.ndarray, ids: str, hint: str) -> str:
-        """Rows of ``table`` (vocab, d) at ``ids`` (any shape) → (*ids.shape, d): fp32 Gather, or
-        ``GatherBlockQuantized`` where the rows are whole blocks."""
-        if self.scheme is None or table.shape[1] % self.scheme.block_size:
-            return self.op1("Gather", [self.const(hint, table), ids], hint)
-        quantized = quantize_gather(table, self.scheme)
-        data, scales, *zero_points = (
-            self.const(f"{hint}.{part}", array)
-            for part, array in zip(("q", "scales", "zero_points"), quantized.constants(), strict=False)
-        )
-        return self.op1(
-            "GatherBlockQuantized", [data, ids, scales, *zero_points], hint, MS_DOMAIN, **quantized.attributes
-        )
-
-    def activate(self, x: str, activation: str) -> str:
-        """The feed-forward's hidden activation (one of ``config.ACTIVATIONS``) as ONNX Runtime runs it best:
-        Relu, fused with the Gemm before it into FusedGemm; x·Sigmoid(x), fused into one QuickGelu (α = 1 is the
-        SiLU); the erf GELU of torch's F.gelu as the contrib Gelu (opset 18 has none; the Erf formula would be
-        fused into the same kernel). Either costs the Gemms' time within noise (32 rows, 512 → 2048 → 512)."""
-        if activation == "relu":
-            return self.op1("Relu", [x], "relu")
-        if activation == "swish":
-            return self.op1("Mul", [x, self.op1("Sigmoid", [x], "sigmoid")], "swish")
-        return self.op1("Gelu", [x], "gelu", MS_DOMAIN)
-
-    def layer_norm(self, x: str, prefix: str, eps: float) -> str:
-        scale = self.const(self.fresh(prefix + ".g"), self.weight(f"{prefix}.{WEIGHT}"))
-        bias = self.const(self.fresh(prefix + ".b"), self.weight(f"{prefix}.{BIAS}"))
-        return self.op1("LayerNormalization", [x, scale, bias], "ln", axis=-1, epsilon=eps)
-
-    def stack(self, x: str, sublayers: Sublayers, final_norm: str, config: ModelConfig) -> str:
-        """Each sub-layer of ``x`` with its residual and norm (§3.1, §5.4 without dropout): x + f(LN(x)) pre-LN,
-        with a final LN; LN(x + f(x)) post-LN."""
-        eps = config.layer_norm_eps
-        for norm_name, function in sublayers:
-            if config.norm_first:
-                x = self.op1("Add", [x, function(self.layer_norm(x, norm_name, eps))], "res")
-            else:
-                x = self.layer_norm(self.op1("Add", [x, function(x)], "res"), norm_name, eps)
-        return self.layer_norm(x, final_norm, eps) if config.norm_first else x
-
-    def feed_forward(self, x: str, prefix: str, activation: str) -> str:
-        """Eq. 2: max(0, x W1 + b1) W2 + b2, or another ``activation`` in place of max(0, ·)."""
-        hidden = self.activate(self.linear(x, [f"{prefix}.{W_1}"], "ffn1"), activation)
-        return self.linear(hidden, [f"{prefix}.{W_2}"], "ffn2")
-
-    def embed(self, config: ModelConfig, ids: str) -> str:
-        """§3.4: the input embeddings of ``ids`` (any shape) → (*ids.shape, d), scaled by √d_model unless the
-        checkpoint leaves the scale out."""
-        scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        return self.lookup(self.weight(EMBEDDING) * np.float32(scale), ids, "embedding_in")
-
-    def positions(self, config: ModelConfig) -> str:
-        """§3.5: the positions' table (max_len + ``POSITION_MARGIN``, d) in the config's layout."""
-        return self.const(
-            "positions", sinusoidal_table(config.max_len + POSITION_MARGIN, config.d_model, config.positions)
-        )
-
-    def model(self, spec: GraphSpec) -> bytes:
-        """The graph with the inputs and outputs that ``spec`` declares, serialized."""
-        inputs, outputs = ([value_info(t) for t in tensors] for tensors in (spec.inputs, spec.outputs))
-        graph = helper.make_graph(self.nodes, spec.file, inputs, outputs, self.initializers)
-        model = helper.make_model(
-            graph,
-            opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
-            producer_name="aiayn",
-        )
-        model.ir_version = IR_VERSION
-        return model.SerializeToString()
-
-
-def value_info(spec: TensorSpec) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(spec.name, helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype)), spec.shape)
 
 
 def block_size(vocab: int) -> int:
