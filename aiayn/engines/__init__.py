@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from aiayn.core.contract import VARIANTS as EXPORTED_VARIANTS
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
 from aiayn.search.step import State, StepModel
 
@@ -27,11 +27,29 @@ ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH = "onnx", "onnx-serving", "onnx-portabl
 ENGINES = (ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH)
 ENGINE_NAMES = (ONNX_SERVING, ONNX_PORTABLE, TORCH)  # what an engine's ``name`` is
 
-# The weights an ONNX Runtime engine runs, in the CLI's one --variant: fp32; w8 and w4, the weight-only blocks of
-# ``onnx/block_quant.py``, built from the weights at load time (the CPU engine only); int8 and fp16, the exported
-# graphs' other variants (``aiayn.core.contract.VARIANTS``), which need `aiayn export`.
+
+
+@dataclass(frozen=True)
+class Weights:
+    """One row of the table of the weights an engine can run (the CLI's one ``--variant``)."""
+
+    serving: tuple[str, ...]  # the devices whose serving graphs are built in these weights when the engine loads
+    exported: bool  # `aiayn export --variant` writes the contract's graphs in them, which the portable engine runs
+    torch: bool = False  # the PyTorch engine runs them
+
+
+# The one table of weight formats: fp32 everywhere; w8 and w4, the weight-only blocks of ``onnx/block_quant.py``
+# (CPU); int8, dynamically quantized (CPU serving graphs, or the exported int8 graphs); fp16 (the GPU's serving
+# graphs, or the exported fp16 graphs). ``load.resolve`` reads it; so do the CLI's choices, the Space's and the tests.
+WEIGHTS = {
+    "fp32": Weights(("cpu", "cuda"), exported=True, torch=True),
+    **{name: Weights(("cpu",), exported=False) for name in BLOCK_SCHEMES},
+    "int8": Weights(("cpu",), exported=True),
+    "fp16": Weights(("cuda",), exported=True),
+}
+VARIANTS = tuple(WEIGHTS)
 BLOCK_VARIANTS = tuple(BLOCK_SCHEMES)
-VARIANTS = ("fp32", *BLOCK_VARIANTS, *(v for v in EXPORTED_VARIANTS if v != "fp32"))
+SERVING_VARIANTS = {device: tuple(v for v, w in WEIGHTS.items() if device in w.serving) for device in ("cpu", "cuda")}
 
 
 class Engine(StepModel[State], Protocol[State]):

@@ -9,13 +9,14 @@ from typing import Any
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import (
-    BLOCK_VARIANTS,
     ENGINES,
     ONNX,
     ONNX_PORTABLE,
     ONNX_SERVING,
+    SERVING_VARIANTS,
     TORCH,
     VARIANTS,
+    WEIGHTS,
     Engine,
     default_cores,
 )
@@ -50,14 +51,8 @@ def load_engine(
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
-    if variant != "fp32" and engine == TORCH:
-        raise ValueError(f"the torch engine runs fp32 only; use --engine onnx for --variant {variant}")
-    if variant in BLOCK_VARIANTS and (engine not in (ONNX, ONNX_SERVING) or device == "cuda"):
-        raise ValueError(
-            f"--variant {variant} is built from the weights for the onnx engine on a CPU; "
-            "use --engine onnx --device cpu (or auto)"
-        )
     if engine == TORCH:
+        resolve(TORCH, device, variant)  # refuses any weights but fp32
         try:
             from aiayn.engines.pytorch import TorchEngine
             from aiayn.engines.pytorch import resolve_device as torch_device
@@ -68,23 +63,41 @@ def load_engine(
             ) from None
         return TorchEngine(load_model(folder), torch_device(device))
     from aiayn.engines.onnx.engine import PortableOnnxEngine
-    from aiayn.engines.onnx.serving import SERVING_VARIANTS, ServingEngine
+    from aiayn.engines.onnx.serving import ServingEngine
     from aiayn.engines.onnx.sessions import resolve_device
 
     lanes = cores or default_cores()
-    device = "cpu" if variant in BLOCK_VARIANTS else resolve_device(device)
-    serving = SERVING_VARIANTS[device]
-    if engine == ONNX_SERVING and variant not in serving:
-        cpu, cuda = (", ".join(SERVING_VARIANTS[d]) for d in ("cpu", "cuda"))
-        raise ValueError(
-            f"the {ONNX_SERVING} engine runs {cpu} on a CPU and {cuda} on a GPU; "
-            f"use --engine {ONNX_PORTABLE} for --variant {variant} there"
-        )
-    if engine == ONNX_PORTABLE or variant not in serving:
+    if device == "auto" and WEIGHTS[variant].serving == ("cpu",) and not WEIGHTS[variant].exported:
+        device = "cpu"  # built for a CPU only: no GPU probe
+    device = resolve_device(device)
+    runs = resolve(engine, device, variant)
+    if runs == ONNX_PORTABLE:
         return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
     if device == "cuda":
         return serving_checked(folder, "cuda", variant, lanes)
     return ServingEngine.load(folder, "cpu", variant, lanes)
+
+
+def resolve(engine: str, device: str, variant: str) -> str:
+    """The engine (one of ``ENGINE_NAMES``) that runs ``variant`` for ``--engine engine`` on ``device`` (a resolved
+    one), as the table of weights (``aiayn.engines.WEIGHTS``) says; or a ValueError, one line naming what would."""
+    weights = WEIGHTS[variant]
+    serving, exported = device in weights.serving, weights.exported
+    if engine == TORCH:
+        if weights.torch:
+            return TORCH
+        raise ValueError(f"the torch engine runs fp32 only; use --engine onnx for --variant {variant}")
+    if engine == ONNX_SERVING and not serving:
+        cpu, cuda = (", ".join(SERVING_VARIANTS[d]) for d in ("cpu", "cuda"))
+        instead = f"use --engine {ONNX_PORTABLE} for --variant {variant} there" if exported else "use --device cpu"
+        raise ValueError(f"the {ONNX_SERVING} engine runs {cpu} on a CPU and {cuda} on a GPU; {instead}")
+    if engine == ONNX_PORTABLE and not exported or engine == ONNX and not (serving or exported):
+        on = " or ".join("a CPU" if d == "cpu" else "a GPU" for d in weights.serving)
+        raise ValueError(
+            f"--variant {variant} is built from the weights for the onnx engine on {on}; "
+            f"use --engine onnx --device {weights.serving[0]} (or auto)"
+        )
+    return ONNX_SERVING if serving and engine != ONNX_PORTABLE else ONNX_PORTABLE
 
 
 def serving_checked(folder: ModelFolder, device: str, variant: str, lanes: int) -> Engine[Any]:

@@ -30,9 +30,8 @@ from aiayn.core.folder import (
     ModelFolder,
 )
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
-from aiayn.engines import BLOCK_VARIANTS
+from aiayn.engines import BLOCK_VARIANTS, SERVING_VARIANTS
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.serving import SERVING_VARIANTS
 
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package

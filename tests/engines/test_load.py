@@ -8,8 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aiayn.core.contract import VARIANTS as EXPORTED_GRAPHS
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ENGINES, ONNX, ONNX_SERVING, load
+from aiayn.engines import (
+    ENGINES,
+    ONNX,
+    ONNX_PORTABLE,
+    ONNX_SERVING,
+    SERVING_VARIANTS,
+    TORCH,
+    VARIANTS,
+    WEIGHTS,
+    load,
+)
+from aiayn.engines.load import resolve
+from aiayn.engines.onnx.serving_spec import SERVING_OPS
 
 
 def test_the_installed_engine_is_torch_where_pytorch_is_else_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,3 +63,34 @@ def test_every_engine_says_its_name_and_provider(bundled: dict[str, Path], name:
     assert engine.provider in ("CPUExecutionProvider", "PyTorch (CPU)")
     weights = engine.cross_attention(np.array([[5, 6, 3]]), np.array([[2, 7]]))
     assert weights.shape[0] == 1 and weights.shape[2:] == (2, 3)  # (batch, heads, out_len, src_len)
+
+
+def test_one_table_says_what_runs_each_variant_or_what_would() -> None:
+    """``resolve`` over the table of weights: the engine that runs, or one line naming what would."""
+    runs = {
+        (ONNX, "cpu", "fp32"): ONNX_SERVING,
+        (ONNX, "cuda", "fp32"): ONNX_SERVING,
+        (ONNX, "cpu", "w8"): ONNX_SERVING,
+        (ONNX, "cpu", "int8"): ONNX_SERVING,
+        (ONNX, "cuda", "int8"): ONNX_PORTABLE,  # the exported int8 graphs
+        (ONNX, "cpu", "fp16"): ONNX_PORTABLE,  # the exported fp16 graphs
+        (ONNX, "cuda", "fp16"): ONNX_SERVING,
+        (ONNX_PORTABLE, "cuda", "fp32"): ONNX_PORTABLE,
+        (TORCH, "cpu", "fp32"): TORCH,
+    }
+    for (engine, device, variant), expected in runs.items():
+        assert resolve(engine, device, variant) == expected, (engine, device, variant)
+    refused = {
+        (ONNX, "cuda", "w4"): "--variant w4 is built from the weights for the onnx engine on a CPU; use --engine onnx",
+        (ONNX_PORTABLE, "cpu", "w8"): "--variant w8 is built from the weights",
+        (ONNX_SERVING, "cpu", "fp16"): "runs fp32, w8, w4, int8 on a CPU and fp32, fp16 on a GPU; use --engine onnx-p",
+        (ONNX_SERVING, "cuda", "w8"): "on a GPU; use --device cpu",
+        (TORCH, "cpu", "int8"): "the torch engine runs fp32 only; use --engine onnx for --variant int8",
+    }
+    for (engine, device, variant), message in refused.items():
+        with pytest.raises(ValueError) as refusal:
+            resolve(engine, device, variant)
+        assert message in str(refusal.value) and "\n" not in str(refusal.value)
+    assert set(WEIGHTS) == set(VARIANTS) and SERVING_VARIANTS["cuda"] == ("fp32", "fp16")
+    assert {v for v, weights in WEIGHTS.items() if weights.exported} == set(EXPORTED_GRAPHS)  # the contract's files
+    assert {v for v, weights in WEIGHTS.items() if "cuda" in weights.serving} == {v for _, v in SERVING_OPS}

@@ -117,9 +117,10 @@ def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
         assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
     build = serving.build_serving_graphs
 
-    def broken(config: Any, weights: dict[str, np.ndarray], *args: Any, **kwargs: Any) -> Any:
-        wrong = dict(weights, **{WRONG: weights[WRONG] * 1.5})
-        return build(config, wrong, *args, **kwargs)
+    def broken(config: Any, weights: dict[str, np.ndarray], *args: Any) -> Any:
+        ops = args[-1]  # the CUDA graphs get a wrong weight; the CPU's, the reference, stay true
+        wrong = dict(weights, **{WRONG: weights[WRONG] * 1.5}) if ops.device == "cuda" else weights
+        return build(config, wrong, *args)
 
     monkeypatch.setattr(serving, "build_serving_graphs", broken)
     engine = serving_checked(folder, "cpu", "fp32", 1)

@@ -25,7 +25,7 @@ from safetensors.numpy import load_file
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import BLOCK_VARIANTS, ONNX_SERVING
+from aiayn.engines import ONNX_SERVING, SERVING_VARIANTS
 from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
@@ -38,11 +38,6 @@ from aiayn.engines.onnx.serving_spec import CPU_OPS, SERVING_OPS
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device, open_session
 
 S = TypeVar("S")
-# The variants each device's serving graphs are built in: the CPU's are fp32 graphs with other weights.
-SERVING_VARIANTS = {
-    "cpu": ("fp32", *BLOCK_VARIANTS, "int8"),
-    "cuda": tuple(variant for device, variant in SERVING_OPS if device == "cuda"),
-}
 INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
 
 
