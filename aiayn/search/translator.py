@@ -180,7 +180,7 @@ class Translator:
         on_batch: Callable[[int], object] | None = None,
     ) -> list[Output]:
         """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
-        outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
+        outputs: list[Output] = [Output([], 0.0, False, [])] * len(src_ids)
         batches = split_for_lanes(
             length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes
         )

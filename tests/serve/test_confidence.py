@@ -42,7 +42,7 @@ def test_a_sentence_is_judged_on_all_its_pieces_and_a_line_on_each_sentence(bund
     model = TranslationService().model(str(bundled["en-de"]))
     prepared = model.prepare("A dog runs. A cat sleeps.\nA bird sings.")
     assert prepared.sentence_of == [0, 1, 2]
-    sure, unsure = Output([5, 6, 7], -0.3, True), Output([5, 6, 7], -4.0, True)
+    sure, unsure = Output([5, 6, 7], -0.3, True, [-0.1] * 3), Output([5, 6, 7], -4.0, True, [-1.0] * 3)
     assert unsure_lines(prepared, [sure, sure, sure], -0.5) == []
     assert unsure_lines(prepared, [sure, unsure, sure], -0.5) == [0]  # one sentence of the line is enough
     assert unsure_lines(prepared, [sure, sure, unsure], -0.5) == [1]

@@ -48,7 +48,9 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
     monkeypatch.setattr(
         LoadedModel,
         "run",
-        lambda self, p, beam, on_batch=None: self.assemble(p, [Output(ids, 0.0, True) for ids in cut], 1.0),
+        lambda self, p, beam, on_batch=None: self.assemble(
+            p, [Output(ids, 0.0, True, [0.0] * len(ids)) for ids in cut], 1.0
+        ),
     )
     assert main(["translate", "--model", str(bundled["en-de"]), f"Two dogs play.\n{JOINED}"]) == 0
     assert "line(s) 2: the translation looks short for its source" in capsys.readouterr().err
