@@ -42,7 +42,8 @@ def least_word_log_prob(found: Sequence[Word]) -> float:
 
 
 def unsure_spans(text: str, found: Sequence[Word], min_word_log_prob: float) -> list[tuple[int, int]]:
-    """Character spans ``[start, end)`` in ``text`` of the words of ``found`` under ``min_word_log_prob``.
+    """Character spans ``[start, end)`` in ``text`` of the words of ``found`` under ``min_word_log_prob``, without
+    the punctuation around them.
 
     ``found`` are the words of the outputs that make ``text``, in its order; each is looked for after the last one
     found, whole and in any case (a clause's first word comes back in lower case, ``text/clauses.py``), so a
@@ -50,7 +51,18 @@ def unsure_spans(text: str, found: Sequence[Word], min_word_log_prob: float) -> 
     """
     if all(word.log_prob >= min_word_log_prob for word in found):
         return []  # most lines: nothing to look for
-    return [span for span, word in located(text, found) if word.log_prob < min_word_log_prob]
+    spans = (letters(text, span) for span, word in located(text, found) if word.log_prob < min_word_log_prob)
+    return [(start, end) for start, end in spans if start < end]
+
+
+def letters(text: str, span: tuple[int, int]) -> tuple[int, int]:
+    """``span`` without the punctuation around the word (``Schnee.`` marks ``Schnee``); empty for punctuation alone."""
+    start, end = span
+    while start < end and not text[start].isalnum():
+        start += 1
+    while end > start and not text[end - 1].isalnum():
+        end -= 1
+    return start, end
 
 
 def located(text: str, found: Sequence[Word]) -> Iterator[tuple[tuple[int, int], Word]]:
