@@ -102,9 +102,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     with progress as bar, open_output(args.output) as out, open_report(args.report) as details:
         for number, prepared in enumerate(chunks):
             done = model.run(prepared, args.beam, on_batch=bar.update)
-            translations = done.text.split("\n")
-            missing = len(prepared.layout.lines) - len(translations)
-            out.write("\n".join(translations + [""] * missing) + "\n")
+            translations = done.line_texts()
+            out.write("\n".join(translations) + "\n")
             out.flush()
             if details is not None:
                 details.write(report_lines(number * CHUNK_LINES, translations, done.lines, made_by))

@@ -23,7 +23,6 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from aiayn.serve.batching import SENTENCES_PER_SEARCH
-from aiayn.serve.details import combined
 from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
 from aiayn.serve.service import TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
@@ -92,7 +91,7 @@ def json_route(service: TranslationService) -> APIRoute:
             index, line, why = refused[0]
             return JSONResponse({"error": f"sentences[{index}], line {line + 1}: {why}"}, status_code=422)
         translations: list[Any] = [result.text for result in results]
-        details = [combined(result.lines, result.text.split("\n")).as_json() for result in results]
+        details = [result.details().as_json() for result in results]
         answer = {"translations": translations, "details": details, "direction": direction.value, "beam": beam}
         return JSONResponse(answer)
 

@@ -21,7 +21,7 @@ from aiayn.search.output import Output, mean_log_prob
 from aiayn.search.translator import SearchSettings
 from aiayn.search.words import unsure_spans, words
 from aiayn.serve.batching import SearchBatcher
-from aiayn.serve.details import Details
+from aiayn.serve.details import Details, combined
 from aiayn.serve.memory import return_freed_memory
 from aiayn.text.clauses import Clause, ClauseSplitter
 from aiayn.text.sentences import (
@@ -78,6 +78,15 @@ class Result:
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
     lines: list[Details]  # what the model knows about each line
+
+    def line_texts(self) -> list[str]:
+        """The translation of each line (a text of blank lines alone translates to nothing: each gets "")."""
+        texts = self.text.split("\n") if self.lines else []
+        return texts + [""] * (len(self.lines) - len(texts))
+
+    def details(self) -> Details:
+        """What the model knows about the whole text (``details.combined``: the JSON route's, the page's marks)."""
+        return combined(self.lines, self.line_texts())
 
 
 class LoadedModel:
@@ -178,7 +187,7 @@ class LoadedModel:
             for line, text in zip(prepared.layout.lines, texts, strict=True)
         ]
         return Result(
-            "\n".join(texts),
+            "\n".join(texts) if per_sentence else "",  # blank lines alone translate to nothing
             self.provider,
             latency_ms,
             len(per_sentence),

@@ -87,11 +87,12 @@ def test_a_report_that_cannot_be_written_is_one_line(
 def test_the_json_route_answers_each_translations_details(service: TranslationService) -> None:
     service.model("en-de")
     client = TestClient(FastAPI(routes=[json_route(service)]))
-    sentences = [LINES[0], LINES[1], "A dog runs.\nJohn and Mary visit Berlin on 3 March 2024."]
+    sentences = [LINES[0], LINES[1], "A dog runs.\nJohn and Mary visit Berlin on 3 March 2024.", " \n "]
     answer = client.post("/v1/translate", json={"sentences": sentences, "beam": 4}).json()
     assert answer["translations"] == [service.translate(s, "en-de", 4).text for s in sentences]
     details: list[dict[str, Any]] = answer["details"]
-    assert [d["unsure"] for d in details] == [False, True, True]
+    assert [d["unsure"] for d in details] == [False, True, True, False]
+    assert details[3]["mean_log_prob"] is None and details[3]["sentences"] == 0  # blank lines: nothing searched
     model = service.model("en-de")
     one = model.run(model.prepare(LINES[1]), 4).lines[0]
     assert details[1] == one.as_json()
