@@ -164,10 +164,9 @@ class LoadedModel:
         outputs = self.batcher.outputs(prepared.src_ids, self.settings(beam_size))
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def submit(self, text: str, beam_size: int | None) -> tuple[Prepared, Future[list[Output]]]:
-        """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
-        prepared = self.prepare(text)
-        return prepared, self.batcher.submit(prepared.src_ids, self.settings(beam_size))
+    def submit(self, prepared: Prepared, beam_size: int | None) -> Future[list[Output]]:
+        """``prepared``'s pieces handed to the batcher, not waited for (``TranslationService.translate_many``)."""
+        return self.batcher.submit(prepared.src_ids, self.settings(beam_size))
 
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines, with each line's details."""
@@ -288,7 +287,10 @@ class TranslationService:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
-        submitted = [(loaded, *loaded.submit(text, beam_size)) for loaded, text, beam_size in pending]
+        # Every request is cut before any is handed over, so that a worker takes them all into one search: handed
+        # over as each is cut, the first would be searched alone and the request's batch split in two.
+        prepared = [(loaded, loaded.prepare(text), beam_size) for loaded, text, beam_size in pending]
+        submitted = [(loaded, cut, loaded.submit(cut, beam_size)) for loaded, cut, beam_size in prepared]
         searched = [(loaded, prepared, outputs.result()) for loaded, prepared, outputs in submitted]
         latency_ms = milliseconds_since(started)
         return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
