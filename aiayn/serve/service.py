@@ -164,10 +164,6 @@ class LoadedModel:
         outputs = self.batcher.outputs(prepared.src_ids, self.settings(beam_size))
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def submit(self, prepared: Prepared, beam_size: int | None) -> Future[list[Output]]:
-        """``prepared``'s pieces handed to the batcher, not waited for (``TranslationService.translate_many``)."""
-        return self.batcher.submit(prepared.src_ids, self.settings(beam_size))
-
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
         """The pieces' outputs back into sentences and lines, with each line's details."""
         per_sentence = list(prepared.layout.sentences)
@@ -252,6 +248,18 @@ def looks_short(source_tokens: int, output_tokens: int) -> bool:
     return source_tokens >= SHORT_MIN_SOURCE and output_tokens < SHORT_RATIO * source_tokens
 
 
+def submit_together(prepared: list[tuple[LoadedModel, Prepared, int | None]]) -> list[Future[list[Output]]]:
+    """Each (model, prepared text, beam size) handed to its model's batcher, those of one model as one item
+    (``SearchBatcher.submit_all``): a worker takes them into one search, where handed over one by one as each was
+    cut, the first would be searched alone and a request's batch split in two."""
+    futures: dict[int, Future[list[Output]]] = {}
+    for loaded in {id(loaded): loaded for loaded, _, _ in prepared}.values():
+        mine = [i for i, (owner, _, _) in enumerate(prepared) if owner is loaded]
+        searches = [(prepared[i][1].src_ids, loaded.settings(prepared[i][2])) for i in mine]
+        futures.update(zip(mine, loaded.batcher.submit_all(searches), strict=True))
+    return [futures[i] for i in range(len(prepared))]
+
+
 class TranslationService:
     """Loads models by name on first use and serves them to many threads (``split_clauses``: as ``LoadedModel``)."""
 
@@ -287,13 +295,10 @@ class TranslationService:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
-        # Every request is cut before any is handed over, so that a worker takes them all into one search: handed
-        # over as each is cut, the first would be searched alone and the request's batch split in two.
         prepared = [(loaded, loaded.prepare(text), beam_size) for loaded, text, beam_size in pending]
-        submitted = [(loaded, cut, loaded.submit(cut, beam_size)) for loaded, cut, beam_size in prepared]
-        searched = [(loaded, prepared, outputs.result()) for loaded, prepared, outputs in submitted]
+        outputs = [future.result() for future in submit_together(prepared)]
         latency_ms = milliseconds_since(started)
-        return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
+        return [loaded.assemble(cut, out, latency_ms) for (loaded, cut, _), out in zip(prepared, outputs, strict=True)]
 
     def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""
