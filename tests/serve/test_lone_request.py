@@ -3,6 +3,7 @@ spreads over the idle lanes (``search/translator.py``, ``split_for_lanes``; test
 
 from __future__ import annotations
 
+import gzip
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,24 +14,16 @@ import pytest
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.service import LoadedModel, Prepared, TranslationService
 
-SENTENCES = [
-    "Two dogs play in the snow.",
-    "A man in a red shirt is riding a bike down the street.",
-    "Children are playing soccer on a green field.",
-    "A woman sits on a bench and reads a book.",
-    "A girl jumps into the pool.",
-    "Three musicians play guitars on a stage.",
-    "A black cat sleeps on the sofa.",
-    "Workers repair the road.",
-]
-
 
 def test_a_lone_requests_sentences_are_searched_in_one_search(
-    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    bundled: dict[str, Path], multi30k_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        sentences = f.read().splitlines()[:8]
     service = TranslationService(device="cpu")
     model = service.model("en-de")
-    alone = [service.translate(s, "en-de", 4).text for s in SENTENCES]
+    alone = [service.translate(s, "en-de", 4).text for s in sentences]
+    pieces = sum(len(model.prepare(s).src_ids) for s in sentences)  # a long caption is searched clause by clause
     searched: list[int] = []
     search = Translator.outputs
 
@@ -45,6 +38,6 @@ def test_a_lone_requests_sentences_are_searched_in_one_search(
     cut = LoadedModel.prepare
     monkeypatch.setattr(model.translator, "outputs", outputs.__get__(model.translator))
     monkeypatch.setattr(LoadedModel, "prepare", slow_prepare)
-    results = service.translate_many([(s, "en-de", 4) for s in SENTENCES])
-    assert searched == [len(SENTENCES)]  # one search, not the first sentence alone and then the rest
+    results = service.translate_many([(s, "en-de", 4) for s in sentences])
+    assert searched == [pieces]  # one search, not the first sentence alone and then the rest
     assert [r.text for r in results] == alone
