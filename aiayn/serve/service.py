@@ -204,10 +204,13 @@ class LoadedModel:
         source_tokens = [sum(len(prepared.src_ids[p]) - 1 for p in pieces[s]) for s in searched]  # without </s>
         output_tokens = [sum(len(output.tokens) for output in sentence) for sentence in own]
         threshold, word_threshold = self.min_mean_log_prob, self.min_word_log_prob
+        outputs_of_line = [output for sentence in own for output in sentence]
+        # A word's log-probability is at least its output's (a sum of negative terms): where no output falls under the
+        # word threshold, no word can, and the line's words are not worth cutting (most lines).
+        marks = word_threshold is not None and any(sum(o.token_log_probs) < word_threshold for o in outputs_of_line)
         found = [
             word
-            for sentence in own
-            for output in sentence
+            for output in (outputs_of_line if marks else [])
             for word in words([self.pieces[i] for i in output.tokens], output.token_log_probs)
         ]
         left_out = set(prepared.left_out)
@@ -221,7 +224,7 @@ class LoadedModel:
             sum(1 for sentence in line if sentence not in pieces and sentence not in prepared.refused),
             sorted({ch for s in searched for ch in prepared.layout.sentences[s] if ch in left_out}),
             [prepared.refused[sentence] for sentence in line if sentence in prepared.refused],
-            [] if word_threshold is None else unsure_spans(text, found, word_threshold),
+            unsure_spans(text, found, word_threshold) if marks and word_threshold is not None else [],
         )
 
     def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
