@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, add_variant_flag, port_number
 from aiayn.core.dependencies import PAGE_ONLY, TESTED, untested_line
 from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
+
+if TYPE_CHECKING:
+    from aiayn.serve.details import Details
 
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
 # written: a chunk this long keeps both lanes busy across it and batches by length over a wide window (256 was
@@ -40,27 +44,33 @@ def read_input(args: argparse.Namespace) -> list[str]:
         raise ValueError(f"{source} is not UTF-8 text (byte {err.start}); convert it to UTF-8 first") from None
 
 
-def check_output(path: str | None) -> None:
-    """Refuse an --output that cannot be written before the model loads, without creating or emptying it."""
+def check_output(path: str | None, flag: str = "--output") -> None:
+    """Refuse an --output (or --report) that cannot be written before the model loads, without creating or emptying
+    it."""
     if path is None:
         return
     target = Path(path)
     if target.is_dir():
-        raise UserError(f"--output {path}: is a folder; give a file name")
+        raise UserError(f"{flag} {path}: is a folder; give a file name")
     if not target.parent.is_dir():
-        raise UserError(f"--output {path}: cannot write it (no folder {target.parent})")
+        raise UserError(f"{flag} {path}: cannot write it (no folder {target.parent})")
     if not os.access(target if target.exists() else target.parent, os.W_OK):
-        raise UserError(f"--output {path}: cannot write it (permission denied)")
+        raise UserError(f"{flag} {path}: cannot write it (permission denied)")
 
 
-def open_output(path: str | None) -> AbstractContextManager[TextIO]:
+def open_output(path: str | None, flag: str = "--output") -> AbstractContextManager[TextIO]:
     """--output FILE (UTF-8, written as it goes), else standard output."""
     if path is None:
         return nullcontext(sys.stdout)
     try:
         return open(path, "w", encoding="utf-8")
     except OSError as err:
-        raise UserError(f"--output {path}: cannot write it ({err.strerror})") from None
+        raise UserError(f"{flag} {path}: cannot write it ({err.strerror})") from None
+
+
+def open_report(path: str | None) -> AbstractContextManager[TextIO | None]:
+    """--report FILE (UTF-8, written as it goes), else nothing."""
+    return nullcontext(None) if path is None else open_output(path, "--report")
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -70,6 +80,13 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
     lines = read_input(args)
     check_output(args.output)
+    check_output(args.report, "--report")
+    if (
+        args.report is not None
+        and args.output is not None
+        and Path(args.report).resolve() == Path(args.output).resolve()
+    ):
+        raise UserError(f"--report {args.report} is the --output file; give it another name")
     clauses = not args.no_clauses
     warning = untested_line(tuple(name for name in TESTED if name not in PAGE_ONLY))
     if warning:
@@ -85,29 +102,48 @@ def cmd_translate(args: argparse.Namespace) -> None:
     unchanged, short, unsure, refused = 0, [], [], []
     total = sum(len(chunk.src_ids) for chunk in chunks)
     progress = tqdm(total=total, unit="sentence", disable=args.input is None, file=sys.stderr)
-    with progress as bar, open_output(args.output) as out:
+    made_by = {"engine": model.engine.name, "variant": args.variant, "beam": model.settings(args.beam).beam_size}
+    with progress as bar, open_output(args.output) as out, open_report(args.report) as details:
         for number, prepared in enumerate(chunks):
             done = model.run(prepared, args.beam, on_batch=bar.update)
-            translations = done.text.split("\n")
-            missing = len(prepared.layout.lines) - len(translations)
-            out.write("\n".join(translations + [""] * missing) + "\n")
+            translations = done.line_texts()
+            out.write("\n".join(translations) + "\n")
             out.flush()
+            if details is not None:
+                details.write(report_lines(number * CHUNK_LINES, translations, done.lines, made_by))
+                details.flush()
             left_out.update(done.left_out)
             unchanged += done.unchanged
             short += [number * CHUNK_LINES + line + 1 for line in done.short_lines]
             unsure += [number * CHUNK_LINES + line + 1 for line in done.unsure_lines]
             refused += [(number * CHUNK_LINES + line + 1, reason) for line, reason in done.refused]
-    report(sorted(left_out), unchanged, short, unsure, refused)
+    report(sorted(left_out), unchanged, short, unsure, refused, args.report)
+
+
+def report_lines(first: int, translations: list[str], lines: list[Details], made_by: dict[str, Any]) -> str:
+    """--report's JSON Lines for one chunk's lines, the first of them line ``first + 1`` of the input."""
+    return "".join(
+        json.dumps({"line": first + i + 1, "translation": text, **line.as_json(), **made_by}, ensure_ascii=False) + "\n"
+        for i, (text, line) in enumerate(zip(translations, lines, strict=True))
+    )
 
 
 def report(
-    left_out: list[str], unchanged: int, short: list[int], unsure: list[int], refused: list[tuple[int, str]]
+    left_out: list[str],
+    unchanged: int,
+    short: list[int],
+    unsure: list[int],
+    refused: list[tuple[int, str]],
+    details: str | None = None,
 ) -> None:
-    """What the translation left out or kept, on stderr (lines from 1); lines not translated end it with an error."""
+    """What the translation left out or kept, on stderr (lines from 1), and where --report wrote every line's
+    details; lines not translated end it with an error."""
     from aiayn.serve.status import notes
 
     for note in notes(left_out, unchanged, short, unsure, refused):
         print(note, file=sys.stderr)
+    if details is not None:
+        print(f"every line's score, flags and unsure words: {details} (JSON Lines)", file=sys.stderr)
     if refused:
         numbers = ", ".join(str(line) for line, _ in refused)
         raise UserError(f"{len(refused)} sentence(s) not translated, on line(s) {numbers}; the rest is translated")
@@ -137,6 +173,13 @@ def add_translate(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help=f"write the translations to FILE (UTF-8), every {CHUNK_LINES} lines as they are done (default: stdout)",
+    )
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE",
+        help="also write what the model knows about each line to FILE, one JSON object per line (JSON Lines): its "
+        "score, flags, unsure words, how it was cut (docs/serve.md)",
     )
     add_model_flag(p)
     add_beam_flag(p)

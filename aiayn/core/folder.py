@@ -308,6 +308,12 @@ class ModelFolder:
         threshold = self.section(CONFIDENCE_SECTION).get("min_mean_log_prob")
         return None if threshold is None else float(threshold)
 
+    def min_word_log_prob(self) -> float | None:
+        """The ``confidence`` section's word threshold: a translated word whose log-probability is below it is
+        marked unsure (never, for a folder without one)."""
+        threshold = self.section(CONFIDENCE_SECTION).get("min_word_log_prob")
+        return None if threshold is None else float(threshold)
+
 
 def corpus_line(train: dict[str, Any]) -> str:
     """A training corpus as training.json describes it (``data.sources.train``), for a visitor: its name and size."""

@@ -6,6 +6,10 @@ languages and technical prose, a Multi30k model writes fluent-looking nonsense (
 threshold flags the least sure ``FLAGGED_SHARE`` of the validation outputs. Through `aiayn translate` at beam 4,
 3 % of val flags 47 (en-de) and 48 (de-en) of the 50 out-of-domain lines of ``tests/serve/out_of_domain.tsv``;
 2 % would flag 44 and 45, 5 % 48 and 49: 3 % is where flagging more captions stops buying out-of-domain lines.
+
+Words (``search/words.py``): the word threshold marks a word in ``WORD_MARKED_SHARE`` of the validation outputs (the
+least sure word of each output against it). At beam 4, 5 % of val marks a word in 38 (en-de) and 36 (de-en) of the
+50 out-of-domain lines, and in 18 and 21 of the first 500 captions of test_2016_flickr (3.6 % and 4.2 %).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import numpy as np
 from aiayn.core.folder import CONFIDENCE_SECTION, ModelFolder
 from aiayn.search.output import mean_log_prob
 from aiayn.search.translator import SearchSettings, Translator
+from aiayn.search.words import least_word_log_prob, words
 
 FLAGGED_SHARE = 0.03  # of the validation outputs, called unsure
+WORD_MARKED_SHARE = 0.05  # of the validation outputs, with a word marked unsure (``search/words.py``)
 
 
 def calibrate_confidence(
@@ -35,15 +41,25 @@ def calibrate_confidence(
     write the folder's ``confidence`` section: the threshold under which ``FLAGGED_SHARE`` of them fall."""
     if not src_ids:
         raise ValueError("calibrating the confidence threshold needs validation sentences; none were given")
-    means = np.array([mean_log_prob([output]) for output in translator.outputs(src_ids, settings, on_batch)])
-    threshold = math.floor(float(np.quantile(means, FLAGGED_SHARE)) * 1e4) / 1e4  # rounded down: never flags more
+    outputs = translator.outputs(src_ids, settings, on_batch)
+    means = np.array([mean_log_prob([output]) for output in outputs])
+    pieces = folder.tokenizer.vocabulary()
+    least = np.array([least_word_log_prob(words([pieces[i] for i in o.tokens], o.token_log_probs)) for o in outputs])
+    threshold, word_threshold = quantile_below(means, FLAGGED_SHARE), quantile_below(least, WORD_MARKED_SHARE)
     section = {
         "min_mean_log_prob": threshold,
+        "min_word_log_prob": word_threshold,
         "calibrated_on": calibrated_on,
         "sentences": len(means),
         "flagged_share_on_val": round(float((means < threshold).mean()), 4),
+        "word_marked_share_on_val": round(float((least < word_threshold).mean()), 4),
         "beam_size": settings.beam_size,
         "length_penalty": settings.length_penalty,
     }
     folder.write_section(CONFIDENCE_SECTION, section)
     return section
+
+
+def quantile_below(values: np.ndarray, share: float) -> float:
+    """The threshold under which ``share`` of ``values`` fall, rounded down: it never flags more."""
+    return math.floor(float(np.quantile(values, share)) * 1e4) / 1e4

@@ -69,6 +69,7 @@ def beam_search_nbest(
     scores = np.full((batch, k), -np.inf)  # (n, k) log-probabilities of the live beams
     scores[:, 0] = 0.0  # one live beam at first, so that the beams do not start as copies
     tokens = np.zeros((batch, k, 0), dtype=np.int64)  # (n, k, length - 1)
+    token_log_probs = np.zeros((batch, k, 0))  # (n, k, length - 1) each token's, as the step that chose it gave it
     last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
     finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) len(finished[s]), kept as an array
     for length in range(1, int(limits.max()) + 1):
@@ -84,6 +85,7 @@ def beam_search_nbest(
         top = candidates[row, flat]  # (n, m)
         parent = flat // kk  # (n, m)
         token = top_ids.reshape(n, k * kk)[row, flat]  # (n, m)
+        step_log_prob = top_log_probs.reshape(n, k * kk)[row, flat]  # (n, m) the candidate token's own
         possible, is_eos = np.isfinite(top), token == eos
         live = possible & ~is_eos
         live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
@@ -93,7 +95,8 @@ def beam_search_nbest(
         if ends.any():
             for r, c in zip(*np.nonzero(ends), strict=True):
                 log_prob = float(top[r, c])
-                hypothesis = Hypothesis(tokens[r, parent[r, c]].tolist(), log_prob, True, log_prob / penalty)
+                own = token_log_probs[r, parent[r, c]].tolist()
+                hypothesis = Hypothesis(tokens[r, parent[r, c]].tolist(), log_prob, True, own, log_prob / penalty)
                 finished[active[r]].append(hypothesis)
                 finished_count[active[r]] += 1
         rows, cols = np.nonzero(live & in_beam)
@@ -101,17 +104,26 @@ def beam_search_nbest(
         beams = np.zeros((n, k), dtype=np.int64)  # (n, k) parent of each new beam; dead ones copy beam 0
         scores = np.full((n, k), -np.inf)
         new_tokens = np.full((n, k), eos, dtype=np.int64)  # dead beams are fed </s>, their outputs ignored
+        new_log_probs = np.zeros((n, k))
         beams[rows, slot] = parent[rows, cols]
         scores[rows, slot] = top[rows, cols]
         new_tokens[rows, slot] = token[rows, cols]
+        new_log_probs[rows, slot] = step_log_prob[rows, cols]
         tokens = np.concatenate([tokens[row, beams], new_tokens[:, :, None]], axis=2)
+        token_log_probs = np.concatenate([token_log_probs[row, beams], new_log_probs[:, :, None]], axis=2)
 
         at_limit = limits[active] <= length  # (n,)
         if at_limit.any():
             for r in np.flatnonzero(at_limit):
                 live_beams = np.flatnonzero(np.isfinite(scores[r]))
                 finished[active[r]] += [
-                    Hypothesis(tokens[r, b].tolist(), float(scores[r, b]), False, float(scores[r, b] / penalty))
+                    Hypothesis(
+                        tokens[r, b].tolist(),
+                        float(scores[r, b]),
+                        False,
+                        token_log_probs[r, b].tolist(),
+                        float(scores[r, b] / penalty),
+                    )
                     for b in live_beams
                 ]
                 finished_count[active[r]] += live_beams.size
@@ -119,7 +131,7 @@ def beam_search_nbest(
         if not going.any():
             break
         state = model.select(state, (np.flatnonzero(going)[:, None] * k + beams[going]).reshape(-1))
-        active, scores, tokens = active[going], scores[going], tokens[going]
+        active, scores, tokens, token_log_probs = active[going], scores[going], tokens[going], token_log_probs[going]
         last = tokens[:, :, -1].reshape(-1, 1)
     return [sorted(hyps, key=lambda h: -h.score)[:k] for hyps in finished]
 
@@ -135,4 +147,4 @@ def beam_search(
 ) -> list[Output]:
     """The best output per row of ``src_ids`` (batch, src_len), from the n-best (none found: empty, -inf)."""
     nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len, length_normalization, min_len)
-    return [hyps[0] if hyps else Output([], -np.inf, False) for hyps in nbest]
+    return [hyps[0] if hyps else Output([], -np.inf, False, []) for hyps in nbest]

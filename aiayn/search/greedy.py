@@ -35,6 +35,7 @@ def greedy_search(
     batch = src_ids.shape[0]
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
     outputs: list[list[int]] = [[] for _ in range(batch)]
+    token_log_probs: list[list[float]] = [[] for _ in range(batch)]  # each output id's, as its step gave it
     log_probs = np.zeros(batch)  # (batch,) each sentence's sum so far
     state = model.start(src_ids)
     rows = np.arange(batch)  # the sentence of each state row
@@ -43,9 +44,10 @@ def greedy_search(
         top_log_probs, best, state = allowed_top(model, state, last, 1, length > min_len)  # (rows, 1) each
         choice = best[:, 0]  # (rows,) ties go to the lower id
         log_probs[rows] += top_log_probs[:, 0]
-        for row, token in zip(rows.tolist(), choice.tolist(), strict=True):
+        for row, token, log_prob in zip(rows.tolist(), choice.tolist(), top_log_probs[:, 0].tolist(), strict=True):
             if token != model.eos_id:
                 outputs[row].append(token)
+                token_log_probs[row].append(log_prob)
         going = (choice != model.eos_id) & (limits[rows] > length)  # (rows,)
         if not going.any():
             break
@@ -55,6 +57,6 @@ def greedy_search(
         last = choice[:, None].astype(np.int64)
     # A sentence that fills its limit was cut there; one that is shorter chose </s>.
     return [
-        Output(out, float(log_prob), len(out) < limit)
-        for out, log_prob, limit in zip(outputs, log_probs, limits.tolist(), strict=True)
+        Output(out, float(log_prob), len(out) < limit, own)
+        for out, log_prob, limit, own in zip(outputs, log_probs, limits.tolist(), token_log_probs, strict=True)
     ]

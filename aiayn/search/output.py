@@ -9,11 +9,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Output:
     """Output ids (without <s>, </s>) and the sum of their log-probabilities, </s>'s included when it ``ended``
-    (an output cut at its length limit has none)."""
+    (an output cut at its length limit has none); ``token_log_probs``: each output id's own, as the search's step
+    gave it when it chose the id (no second pass), one per id of ``tokens``."""
 
     tokens: list[int]
     log_prob: float
     ended: bool
+    token_log_probs: list[float]
 
     @property
     def scored_tokens(self) -> int:

@@ -122,16 +122,28 @@ def busiest_lane(batches: list[list[int]], lanes: int) -> int:
 def split_for_lanes(batches: list[list[int]], lanes: int) -> list[list[int]]:
     """``batches`` with the largest halved (its two halves stay similar in length) for as long as that lightens the
     busiest lane: a single batch, or a full one beside a short one, no longer leaves a core waiting, while batches
-    that already keep every lane busy stay whole. A sentence's search does not depend on its batch, so the outputs
+    that already keep every lane busy stay whole. While a lane is idle, a cut that gains nothing yet is kept if the
+    next ones gain: a lone request's batch of 32 on four lanes becomes four of 8 (16 | 16, then 8 | 8 | 16 on three
+    lanes, then 8 | 8 | 8 | 8), not 16 | 16 on two. A sentence's search does not depend on its batch, so the outputs
     stay the same."""
     batches, busiest = list(batches), busiest_lane(batches, lanes)
-    while (largest := max(batches, key=len, default=[])) and len(largest) > 1:
-        at, half = batches.index(largest), (len(largest) + 1) // 2
-        cut = [*batches[:at], largest[:half], largest[half:], *batches[at + 1 :]]
-        if (cut_busiest := busiest_lane(cut, lanes)) >= busiest:
-            break
-        batches, busiest = cut, cut_busiest
+    while (lighter := lighter_cut(batches, busiest, lanes)) is not None:
+        batches, busiest = lighter, busiest_lane(lighter, lanes)
     return batches
+
+
+def lighter_cut(batches: list[list[int]], busiest: int, lanes: int) -> list[list[int]] | None:
+    """``batches`` with their largest halved, again while a lane is idle, until that lightens the busiest lane
+    (None: it does not)."""
+    cut = batches
+    while (largest := max(cut, key=len, default=[])) and len(largest) > 1:
+        at, half = cut.index(largest), (len(largest) + 1) // 2
+        cut = [*cut[:at], largest[:half], largest[half:], *cut[at + 1 :]]
+        if busiest_lane(cut, lanes) < busiest:
+            return cut
+        if len(cut) >= lanes:
+            return None  # no idle lane left for a later cut to use
+    return None
 
 
 @cache
@@ -180,7 +192,7 @@ class Translator:
         on_batch: Callable[[int], object] | None = None,
     ) -> list[Output]:
         """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
-        outputs: list[Output] = [Output([], 0.0, False)] * len(src_ids)
+        outputs: list[Output] = [Output([], 0.0, False, [])] * len(src_ids)
         batches = split_for_lanes(
             length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes
         )

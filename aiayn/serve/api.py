@@ -6,7 +6,10 @@ request of the moment are searched together. It checks what the page checks (dir
 and answers a bad body with a 4xx and one message: ``{"error": "..."}``.
 
     request:  {"sentences": ["Two dogs play in the snow.", ...], "direction": "en-de", "beam": 4}
-    answer:   {"translations": ["Zwei Hunde spielen im Schnee.", ...], "direction": "en-de", "beam": 4}
+    answer:   {"translations": ["Zwei Hunde spielen im Schnee.", ...], "details": [{"mean_log_prob": -0.05, ...}, ...],
+               "direction": "en-de", "beam": 4}
+
+``details[i]`` is what the model knows about ``translations[i]`` (``details.py``, docs/serve.md).
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ def json_route(service: TranslationService) -> APIRoute:
             index, line, why = refused[0]
             return JSONResponse({"error": f"sentences[{index}], line {line + 1}: {why}"}, status_code=422)
         translations: list[Any] = [result.text for result in results]
-        return JSONResponse({"translations": translations, "direction": direction.value, "beam": beam})
+        details = [result.details().as_json() for result in results]
+        answer = {"translations": translations, "details": details, "direction": direction.value, "beam": beam}
+        return JSONResponse(answer)
 
     return APIRoute(PATH, translate, methods=["POST"], name="translate")

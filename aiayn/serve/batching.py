@@ -42,7 +42,7 @@ class SearchBatcher:
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
-        self.pending: queue.SimpleQueue[PendingSearch] = queue.SimpleQueue()
+        self.pending: queue.SimpleQueue[list[PendingSearch]] = queue.SimpleQueue()  # each item: one caller's jobs
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
 
@@ -52,13 +52,22 @@ class SearchBatcher:
 
     def submit(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> Future[list[Output]]:
         """``outputs`` without waiting: a caller with several jobs hands them all in before it waits."""
-        job = PendingSearch(src_ids, settings)
-        if not src_ids:
-            job.done.set_result([])
-            return job.done
-        self.pending.put(job)
-        self.start()
-        return job.done
+        return self.submit_all([(src_ids, settings)])[0]
+
+    def submit_all(
+        self, searches: Sequence[tuple[Sequence[Sequence[int]], SearchSettings]]
+    ) -> list[Future[list[Output]]]:
+        """``submit`` for several jobs at once (a request's sentences): queued as one item, so that a worker takes
+        them all into one search, however soon it wakes."""
+        jobs = [PendingSearch(src_ids, settings) for src_ids, settings in searches]
+        for job in jobs:
+            if not job.src_ids:
+                job.done.set_result([])
+        waiting = [job for job in jobs if job.src_ids]
+        if waiting:
+            self.pending.put(waiting)
+            self.start()
+        return [job.done for job in jobs]
 
     def start(self) -> None:
         with self.lock:
@@ -69,11 +78,9 @@ class SearchBatcher:
 
     def serve(self) -> None:
         while True:
-            jobs = [self.pending.get()]
-            sentences = len(jobs[0].src_ids)
-            while sentences < SENTENCES_PER_SEARCH and not self.pending.empty():
-                jobs.append(self.pending.get())
-                sentences += len(jobs[-1].src_ids)
+            jobs = self.pending.get()
+            while sum(len(job.src_ids) for job in jobs) < SENTENCES_PER_SEARCH and not self.pending.empty():
+                jobs += self.pending.get()
             for settings in dict.fromkeys(job.settings for job in jobs):
                 self.search([job for job in jobs if job.settings == settings], settings)
             TRIM()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import html
 import tempfile
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from aiayn.serve.requests import (
     directions,
     read_upload,
 )
-from aiayn.serve.service import Attention, LoadedModel, TranslationService
+from aiayn.serve.service import Attention, LoadedModel, Result, TranslationService
 from aiayn.serve.status import refused_line, status_line
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
 
@@ -38,6 +40,7 @@ BATCHES_AT_ONCE = 2
 # within what Gradio keeps a message queue for (its 2 000 most recent sessions; each request that waits or runs
 # needs its own): 1 700 + 2 batches of 128 < 2 000.
 MAX_WAITING = 1700
+RECENT_RESULTS = 1024  # translations kept for the marks the page shows after each (the private event reads them)
 HEATMAP_MAX_TOKENS = 60  # per axis; a longer sentence's heatmap shows its beginning
 VAL_EXAMPLES = 6
 FALLBACK_EXAMPLES = {  # written for this page (not from Multi30k), for when the corpus is absent, as on a Space
@@ -107,6 +110,37 @@ def heads_of(model: LoadedModel) -> list[str]:
     return ["average"] + [str(h) for h in range(model.config.n_heads)]
 
 
+@dataclass
+class RecentResults:
+    """The page's last translations by request, so that its marks are not searched a second time."""
+
+    kept: OrderedDict[Request, Result] = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, request: Request, result: Result) -> None:
+        with self.lock:
+            self.kept[request] = result
+            while len(self.kept) > RECENT_RESULTS:
+                self.kept.popitem(last=False)
+
+    def get(self, request: Request) -> Result | None:
+        with self.lock:
+            return self.kept.get(request)
+
+
+def marked(result: Result) -> list[tuple[str, str | None]]:
+    """The translation as the page's marks show it: its unsure words labelled ``unsure``, the rest unlabelled."""
+    spans = result.details().unsure_words
+    if not spans:
+        return []  # nothing to mark: the box stays empty
+    segments: list[tuple[str, str | None]] = []
+    at = 0
+    for start, end in spans:
+        segments += [(result.text[at:start], None), (result.text[start:end], "unsure")]
+        at = end
+    return [(text, label) for text, label in [*segments, (result.text[at:], None)] if text]
+
+
 @dataclass(frozen=True)
 class Handlers:
     """What the page's events run, over the served directions. Their parameter names are the API's."""
@@ -114,6 +148,7 @@ class Handlers:
     service: TranslationService
     served: dict[str, Direction]
     downloads: Path  # the translated files, each in a folder of its own
+    recent: RecentResults = field(default_factory=RecentResults)
 
     def translate(self, text: list[Any], direction: list[Any], beam_size: list[Any]) -> tuple[list[str], list[str]]:
         """Translate up to 5000 characters; returns the translation and a line with latency and execution
@@ -135,9 +170,19 @@ class Handlers:
                 statuses.append(request)
             else:
                 result = next(results)
+                self.recent.put(request, result)
                 texts.append(result.text)
                 statuses.append(status_line(result))
         return texts, statuses
+
+    def show_marks(self, text: Any, direction: Any, beam_size: Any) -> list[tuple[str, str | None]]:
+        """The translation's unsure words marked, asked for by the page after a translation (its result kept)."""
+        try:
+            request = checked(self.served, text, direction, beam_size)
+        except BadRequest:
+            return []
+        result = self.recent.get(request) or self.service.translate(request.text, request.model, request.beam_size)
+        return marked(result)
 
     def show_attention(self, text: Any, direction: Any, beam_size: Any, head: str) -> tuple[Attention | None, str]:
         """The heatmap, asked for by the page after a translation (the API's callers never pay for it)."""
@@ -176,9 +221,9 @@ class Handlers:
         return gr.Dataset(samples=[[s] for s in samples], label=label), beam, gr.Radio(heads_of(model)), None
 
 
-def cleared() -> tuple[str, str, None, str]:
-    """After a failed translation: no earlier translation, timing or heatmap left beside its error."""
-    return "", "", None, heatmap_html(None, "average")
+def cleared() -> tuple[str, str, list[Any], None, str]:
+    """After a failed translation: no earlier translation, timing, marks or heatmap left beside its error."""
+    return "", "", [], None, heatmap_html(None, "average")
 
 
 @dataclass
@@ -189,6 +234,7 @@ class Components:
     source: gr.Textbox
     output: gr.Textbox
     status: gr.Markdown
+    marks: gr.HighlightedText
     translate_button: gr.Button
     examples: gr.Dataset
     head: gr.Radio
@@ -230,6 +276,7 @@ def lay_out(served: dict[str, Direction], variant: str) -> Components:
         source = gr.Textbox(lines=6, label="Source text", elem_id="source-text")
         output = gr.Textbox(lines=6, label="Translation", elem_id="translation", buttons=["copy"])
     status = gr.Markdown(label="Status", elem_id="status")  # the label names the API's second output
+    marks = gr.HighlightedText(label="Unsure words", elem_id="unsure-words", color_map={"unsure": "orange"})
     translate_button = gr.Button("Translate", variant="primary", elem_id="translate-button")
     samples, label = examples_for(first.model)
     examples = gr.Dataset(components=[source], samples=[[s] for s in samples], label=label, elem_id="examples")
@@ -248,6 +295,7 @@ def lay_out(served: dict[str, Direction], variant: str) -> Components:
         source,
         output,
         status,
+        marks,
         translate_button,
         examples,
         head,
@@ -276,7 +324,8 @@ def wire(c: Components, handlers: Handlers) -> None:
     translated.success(
         handlers.show_attention, [c.source, c.direction, c.beam, c.head], [c.attention, c.heatmap], **private
     )
-    translated.failure(cleared, None, [c.output, c.status, c.attention, c.heatmap], **private)
+    translated.success(handlers.show_marks, [c.source, c.direction, c.beam], c.marks, **private)
+    translated.failure(cleared, None, [c.output, c.status, c.marks, c.attention, c.heatmap], **private)
     c.head.change(heatmap_html, [c.attention, c.head], c.heatmap, **private)
     c.swap_button.click(handlers.swap, [c.direction, c.source, c.output], [c.direction, c.source, c.output], **private)
     c.direction.change(handlers.change_direction, c.direction, [c.examples, c.beam, c.head, c.attention], **private)

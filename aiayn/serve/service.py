@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -20,7 +19,9 @@ from aiayn.engines import Engine
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.search.output import Output, mean_log_prob
 from aiayn.search.translator import SearchSettings
+from aiayn.search.words import unsure_spans, words
 from aiayn.serve.batching import SearchBatcher
+from aiayn.serve.details import Details, combined
 from aiayn.serve.memory import return_freed_memory
 from aiayn.text.clauses import Clause, ClauseSplitter
 from aiayn.text.sentences import (
@@ -30,7 +31,6 @@ from aiayn.text.sentences import (
     Layout,
     check_length,
     layout,
-    reassemble,
     split_long,
 )
 
@@ -77,6 +77,16 @@ class Result:
     short_lines: list[int]  # lines (from 0) with a sentence whose translation looks short for its source
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
+    lines: list[Details]  # what the model knows about each line
+
+    def line_texts(self) -> list[str]:
+        """The translation of each line (a text of blank lines alone translates to nothing: each gets "")."""
+        texts = self.text.split("\n") if self.lines else []
+        return texts + [""] * (len(self.lines) - len(texts))
+
+    def details(self) -> Details:
+        """What the model knows about the whole text (``details.combined``: the JSON route's, the page's marks)."""
+        return combined(self.lines, self.line_texts())
 
 
 class LoadedModel:
@@ -93,6 +103,8 @@ class LoadedModel:
         self.search = SearchSettings.of(folder)
         self.clauses = ClauseSplitter.of(folder, split_clauses)
         self.min_mean_log_prob = folder.min_mean_log_prob()
+        self.min_word_log_prob = folder.min_word_log_prob()
+        self.pieces = self.tokenizer.vocabulary()  # id → vocabulary entry, for the words of an output
         self.sentence_limit = min(MAX_SENTENCE_TOKENS, self.config.max_len)
 
     @property
@@ -152,30 +164,67 @@ class LoadedModel:
         outputs = self.batcher.outputs(prepared.src_ids, self.settings(beam_size))
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def submit(self, text: str, beam_size: int | None) -> tuple[Prepared, Future[list[Output]]]:
-        """``text`` prepared and handed to the batcher, not waited for (``TranslationService.translate_many``)."""
-        prepared = self.prepare(text)
-        return prepared, self.batcher.submit(prepared.src_ids, self.settings(beam_size))
-
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
-        """The pieces' outputs back into sentences and lines."""
-        out_ids = [output.tokens for output in outputs]
+        """The pieces' outputs back into sentences and lines, with each line's details."""
         per_sentence = list(prepared.layout.sentences)
+        pieces: dict[int, list[int]] = {}  # sentence → its pieces, in order
         for index in {*prepared.sentence_of, *prepared.refused}:
             per_sentence[index] = ""
-        for index, clause, ids in zip(prepared.sentence_of, prepared.clauses, out_ids, strict=True):
-            piece = self.clauses.render(clause, self.tokenizer.decode(ids))
-            per_sentence[index] = f"{per_sentence[index]} {piece}".strip()
+        for piece, (index, clause, output) in enumerate(
+            zip(prepared.sentence_of, prepared.clauses, outputs, strict=True)
+        ):
+            rendered = self.clauses.render(clause, self.tokenizer.decode(output.tokens))
+            per_sentence[index] = f"{per_sentence[index]} {rendered}".strip()
+            pieces.setdefault(index, []).append(piece)
+        texts = [" ".join(per_sentence[i] for i in line) for line in prepared.layout.lines]  # ``reassemble``'s lines
+        lines = [
+            self.details(prepared, outputs, pieces, line, text)
+            for line, text in zip(prepared.layout.lines, texts, strict=True)
+        ]
         return Result(
-            reassemble(prepared.layout, per_sentence) if per_sentence else "",
+            "\n".join(texts) if per_sentence else "",  # blank lines alone translate to nothing
             self.provider,
             latency_ms,
             len(per_sentence),
             prepared.left_out,
-            len(per_sentence) - len(set(prepared.sentence_of)) - len(prepared.refused),
-            short_lines(prepared, out_ids),
-            unsure_lines(prepared, outputs, self.min_mean_log_prob),
+            sum(line.unchanged for line in lines),
+            [number for number, line in enumerate(lines) if line.short],
+            [number for number, line in enumerate(lines) if line.unsure],
             prepared.refusals(),
+            lines,
+        )
+
+    def details(
+        self, prepared: Prepared, outputs: list[Output], pieces: dict[int, list[int]], line: list[int], text: str
+    ) -> Details:
+        """What the model knows about one line: ``line`` its sentences, ``pieces`` each sentence's searched pieces,
+        ``text`` its translation."""
+        searched = [sentence for sentence in line if sentence in pieces]
+        own = [[outputs[piece] for piece in pieces[sentence]] for sentence in searched]  # each sentence's outputs
+        source_tokens = [sum(len(prepared.src_ids[p]) - 1 for p in pieces[s]) for s in searched]  # without </s>
+        output_tokens = [sum(len(output.tokens) for output in sentence) for sentence in own]
+        threshold, word_threshold = self.min_mean_log_prob, self.min_word_log_prob
+        outputs_of_line = [output for sentence in own for output in sentence]
+        # A word's log-probability is at least its output's (a sum of negative terms): where no output falls under the
+        # word threshold, no word can, and the line's words are not worth cutting (most lines).
+        marks = word_threshold is not None and any(sum(o.token_log_probs) < word_threshold for o in outputs_of_line)
+        found = [
+            word
+            for output in (outputs_of_line if marks else [])
+            for word in words([self.pieces[i] for i in output.tokens], output.token_log_probs)
+        ]
+        left_out = set(prepared.left_out)
+        return Details(
+            sum(output.log_prob for sentence in own for output in sentence),
+            sum(output.scored_tokens for sentence in own for output in sentence),
+            len(line),
+            sum(len(sentence) for sentence in own),
+            threshold is not None and any(mean_log_prob(sentence) < threshold for sentence in own),
+            any(looks_short(n, out) for n, out in zip(source_tokens, output_tokens, strict=True)),
+            sum(1 for sentence in line if sentence not in pieces and sentence not in prepared.refused),
+            sorted({ch for s in searched for ch in prepared.layout.sentences[s] if ch in left_out}),
+            [prepared.refused[sentence] for sentence in line if sentence in prepared.refused],
+            unsure_spans(text, found, word_threshold) if marks and word_threshold is not None else [],
         )
 
     def attention(self, src_ids: list[int], out_ids: list[int]) -> Attention:
@@ -197,28 +246,21 @@ def refuse_any(refusals: list[tuple[int, str]]) -> None:
         raise InputTooLong(f"line {line + 1}: {reason}")
 
 
-def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
-    """Lines with a sentence whose output has under ``SHORT_RATIO`` of its source's tokens (pieces summed)."""
-    source: Counter[int] = Counter()
-    output: Counter[int] = Counter()
-    for sentence, src, out in zip(prepared.sentence_of, prepared.src_ids, out_ids, strict=True):
-        source[sentence] += len(src) - 1  # without </s>
-        output[sentence] += len(out)
-    short = {i for i, n in source.items() if n >= SHORT_MIN_SOURCE and output[i] < SHORT_RATIO * n}
-    return [number for number, line in enumerate(prepared.layout.lines) if short.intersection(line)]
+def looks_short(source_tokens: int, output_tokens: int) -> bool:
+    """Whether a sentence's output (pieces summed) has under ``SHORT_RATIO`` of its source's tokens."""
+    return source_tokens >= SHORT_MIN_SOURCE and output_tokens < SHORT_RATIO * source_tokens
 
 
-def unsure_lines(prepared: Prepared, outputs: list[Output], min_mean_log_prob: float | None) -> list[int]:
-    """Lines with a sentence whose translation (pieces together) has a mean log-probability per token under the
-    folder's threshold (``confidence`` in config.json): the model itself doubts it, as it does on text unlike its
-    training data; none for a folder without a threshold."""
-    if min_mean_log_prob is None:
-        return []
-    pieces: dict[int, list[Output]] = {}
-    for sentence, output in zip(prepared.sentence_of, outputs, strict=True):
-        pieces.setdefault(sentence, []).append(output)
-    unsure = {i for i, own in pieces.items() if mean_log_prob(own) < min_mean_log_prob}
-    return [number for number, line in enumerate(prepared.layout.lines) if unsure.intersection(line)]
+def submit_together(prepared: list[tuple[LoadedModel, Prepared, int | None]]) -> list[Future[list[Output]]]:
+    """Each (model, prepared text, beam size) handed to its model's batcher, those of one model as one item
+    (``SearchBatcher.submit_all``): a worker takes them into one search, where handed over one by one as each was
+    cut, the first would be searched alone and a request's batch split in two."""
+    futures: dict[int, Future[list[Output]]] = {}
+    for loaded in {id(loaded): loaded for loaded, _, _ in prepared}.values():
+        mine = [i for i, (owner, _, _) in enumerate(prepared) if owner is loaded]
+        searches = [(prepared[i][1].src_ids, loaded.settings(prepared[i][2])) for i in mine]
+        futures.update(zip(mine, loaded.batcher.submit_all(searches), strict=True))
+    return [futures[i] for i in range(len(prepared))]
 
 
 class TranslationService:
@@ -256,10 +298,10 @@ class TranslationService:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
-        submitted = [(loaded, *loaded.submit(text, beam_size)) for loaded, text, beam_size in pending]
-        searched = [(loaded, prepared, outputs.result()) for loaded, prepared, outputs in submitted]
+        prepared = [(loaded, loaded.prepare(text), beam_size) for loaded, text, beam_size in pending]
+        outputs = [future.result() for future in submit_together(prepared)]
         latency_ms = milliseconds_since(started)
-        return [loaded.assemble(prepared, outputs, latency_ms) for loaded, prepared, outputs in searched]
+        return [loaded.assemble(cut, out, latency_ms) for (loaded, cut, _), out in zip(prepared, outputs, strict=True)]
 
     def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""

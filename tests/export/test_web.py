@@ -118,6 +118,20 @@ def test_the_browser_translates_as_the_cli(
     assert got == cli_translations(model, lines, beam)
 
 
+def test_the_browser_marks_the_words_the_cli_marks(
+    pages: dict[str, Any], service: TranslationService, multi30k_dir: Path
+) -> None:
+    """``translateMarked``: each line's translation and the spans of its unsure words, as `--report` gives them."""
+    model: LoadedModel = service.model("en-de")
+    out_of_domain = (Path(__file__).parents[1] / "serve" / "out_of_domain.tsv").read_text(encoding="utf-8")
+    lines = lines_for(multi30k_dir, "en") + [line.split("\t")[0] for line in out_of_domain.splitlines()[:10]]
+    marked = pages["en-de"].evaluate("lines => window.aiayn.translateMarked(lines, {beam: 4})", lines)
+    done = model.run(model.prepare(lines), 4)
+    assert [m["translation"] for m in marked] == done.line_texts()
+    expected = [[list(span) for span in line.unsure_words] for line in done.lines]
+    assert [m["unsure_words"] for m in marked] == expected and sum(map(bool, expected)) >= 5
+
+
 @pytest.fixture(scope="module")
 def variant_pages(
     bundled: dict[str, Path], browser: Any, tmp_path_factory: pytest.TempPathFactory

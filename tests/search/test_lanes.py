@@ -42,6 +42,9 @@ def test_spread_cuts_the_largest_batch_while_that_lightens_the_busiest_lane() ->
         full + full[:8],
     ]  # halves would make 32 + 40
     assert split_for_lanes([[0]], 4) == [[0]]  # one sentence cannot be cut
+    lone = list(range(32))  # a lone request's batch on four lanes: every lane, not 16 | 16 on two
+    assert split_for_lanes([lone], 4) == [lone[:8], lone[8:16], lone[16:24], lone[24:]]
+    assert split_for_lanes([lone], 3) == [lone[:16], lone[16:]]  # 8 | 8 | 16 would be no lighter than 16 | 16
     assert split_for_lanes([], 2) == []
 
 

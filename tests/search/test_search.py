@@ -214,7 +214,7 @@ def test_nbest_scores_are_the_model_scores() -> None:
 @pytest.mark.parametrize("beam", [1, 2, 4])
 def test_each_output_carries_its_log_probability(beam: int) -> None:
     """The raw sum of the output's log-probabilities, </s>'s included when it ended, whatever the length penalty;
-    the mean per token divides by the tokens scored."""
+    the mean per token divides by the tokens scored; each token's own is the model's for it after its prefix."""
     src = np.array([[3, 4, 5, EOS], [6, EOS, PAD, PAD], [4, 4, EOS, PAD]])
     for seed in range(6):
         model = ToyModel.random(vocab=9, seed=seed)
@@ -229,7 +229,11 @@ def test_each_output_carries_its_log_probability(beam: int) -> None:
                 expected = model.log_prob(ToyModel.key(row), out.tokens, out.ended)
                 assert out.log_prob == pytest.approx(expected, rel=1e-6)
                 assert mean_log_prob([out]) == pytest.approx(expected / (len(out.tokens) + out.ended), rel=1e-6)
-    assert mean_log_prob([Output([5, 6], -3.0, True), Output([7], -1.0, False)]) == -1.0  # pieces pooled
+                key, before = ToyModel.key(row), [BOS, *out.tokens]
+                own = [model.table[key, before[i], i % POSITIONS, token] for i, token in enumerate(out.tokens)]
+                assert out.token_log_probs == pytest.approx(own, rel=1e-6)
+    pieces = [Output([5, 6], -3.0, True, [-1.0, -1.0]), Output([7], -1.0, False, [-1.0])]
+    assert mean_log_prob(pieces) == -1.0  # pieces pooled
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search])

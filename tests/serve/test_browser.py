@@ -76,6 +76,23 @@ def test_type_translate_read_and_see_the_heatmap(page: Page) -> None:
     page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
 
 
+def test_the_words_the_model_was_unsure_of_are_marked_in_the_translation(
+    page: Page, service: TranslationService
+) -> None:
+    text = "John and Mary visit Berlin."
+    result = service.translate(text, "en-de")
+    words = [result.text[start:end] for start, end in result.lines[0].unsure_words]
+    assert words  # the CLI's and the JSON route's marks
+    translate_on_page(page, text)
+    expect(page.locator("#translation textarea")).to_have_value(result.text)
+    marked = page.locator("#unsure-words .highlighted .text")  # HighlightedText's labelled spans
+    expect(marked).to_have_text(words)
+    expect(page.locator("#unsure-words")).to_contain_text(result.text.split()[0])  # the whole translation shown
+    translate_on_page(page, "Two dogs play in the snow.")
+    expect(page.locator("#translation textarea")).to_have_value("Zwei Hunde spielen im Schnee.")
+    expect(marked).to_have_count(0)  # a translation the model is sure of: nothing marked
+
+
 def test_swap_and_examples(page: Page, service: TranslationService) -> None:
     translate_on_page(page, "Two dogs play in the snow.")
     expect(page.locator("#translation textarea")).to_have_value("Zwei Hunde spielen im Schnee.")

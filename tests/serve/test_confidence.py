@@ -13,10 +13,10 @@ import pytest
 from aiayn.core.folder import CONFIDENCE_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines.load import load_engine, translator_for
-from aiayn.evaluation.confidence import FLAGGED_SHARE, calibrate_confidence
+from aiayn.evaluation.confidence import FLAGGED_SHARE, WORD_MARKED_SHARE, calibrate_confidence
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings
-from aiayn.serve.service import LoadedModel, Result, TranslationService, unsure_lines
+from aiayn.serve.service import LoadedModel, Prepared, Result, TranslationService
 
 OUT_OF_DOMAIN = [line.split("\t") for line in (Path(__file__).parent / "out_of_domain.tsv").read_text().splitlines()]
 COLUMN = {"en-de": 0, "de-en": 1}
@@ -35,14 +35,19 @@ def test_a_line_the_model_is_unsure_of_is_named_on_the_page_and_the_cli(
     assert main(["translate", "--model", str(bundled["en-de"]), text]) == 0
     err = capsys.readouterr().err
     assert "line(s) 2: the model is unsure of this translation" in err and "line(s) 1" not in err
-    assert "unsure" not in status_line(Result("", "CPU", 1.0, 1, [], 0, [], [], []))
+    assert "unsure" not in status_line(Result("", "CPU", 1.0, 1, [], 0, [], [], [], []))
 
 
 def test_a_sentence_is_judged_on_all_its_pieces_and_a_line_on_each_sentence(bundled: dict[str, Path]) -> None:
     model = TranslationService().model(str(bundled["en-de"]))
     prepared = model.prepare("A dog runs. A cat sleeps.\nA bird sings.")
     assert prepared.sentence_of == [0, 1, 2]
-    sure, unsure = Output([5, 6, 7], -0.3, True), Output([5, 6, 7], -4.0, True)
+    sure, unsure = Output([5, 6, 7], -0.3, True, [-0.1] * 3), Output([5, 6, 7], -4.0, True, [-1.0] * 3)
+
+    def unsure_lines(prepared: Prepared, outputs: list[Output], threshold: float | None) -> list[int]:
+        model.min_mean_log_prob = threshold
+        return model.assemble(prepared, outputs, 1.0).unsure_lines
+
     assert unsure_lines(prepared, [sure, sure, sure], -0.5) == []
     assert unsure_lines(prepared, [sure, unsure, sure], -0.5) == [0]  # one sentence of the line is enough
     assert unsure_lines(prepared, [sure, sure, unsure], -0.5) == [1]
@@ -57,11 +62,15 @@ def test_most_out_of_domain_lines_are_flagged_and_few_captions(
     assert model.min_mean_log_prob is not None and model.min_mean_log_prob < 0
     lines = [pair[COLUMN[name]] for pair in OUT_OF_DOMAIN]
     assert len(lines) == 50
-    flagged = model.run(model.prepare(lines), 4).unsure_lines
+    out_of_domain = model.run(model.prepare(lines), 4)
+    flagged = out_of_domain.unsure_lines
     assert len(flagged) >= 45, [lines[i] for i in set(range(50)) - set(flagged)]
     captions = load_parallel("val", model.config.src_lang, model.config.tgt_lang, multi30k_dir).src
-    in_domain = model.run(model.prepare(captions), 4).unsure_lines
-    assert len(in_domain) <= 0.04 * len(captions)
+    in_domain = model.run(model.prepare(captions), 4)
+    assert len(in_domain.unsure_lines) <= 0.04 * len(captions)
+    # Words: a marked word in most out-of-domain lines and in few captions (the word threshold is set on val).
+    assert sum(bool(line.unsure_words) for line in out_of_domain.lines) >= 35
+    assert sum(bool(line.unsure_words) for line in in_domain.lines) <= 0.10 * len(captions)
 
 
 def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder: Path, tmp_path: Path) -> None:
@@ -79,8 +88,10 @@ def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder
     assert threshold is not None and means[0] - 1e-4 <= threshold <= means[-1]  # a quantile, rounded down
     assert section["flagged_share_on_val"] == pytest.approx(sum(m < threshold for m in means) / len(means), abs=1e-4)
     assert section["flagged_share_on_val"] <= FLAGGED_SHARE
+    assert section["word_marked_share_on_val"] <= WORD_MARKED_SHARE + 1 / len(sources)  # a quantile, interpolated
+    assert section["min_word_log_prob"] < 0
     loaded = LoadedModel(reopened, load_engine(reopened, "onnx", "cpu"))
-    assert loaded.min_mean_log_prob == threshold
+    assert loaded.min_mean_log_prob == threshold and loaded.min_word_log_prob == section["min_word_log_prob"]
     with pytest.raises(ValueError, match="needs validation sentences"):
         calibrate_confidence(folder, translator, [], settings, "val")
 

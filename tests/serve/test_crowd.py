@@ -148,6 +148,7 @@ def test_a_full_queue_refuses_with_http_503_and_a_message(
 
 def test_the_json_route_translates_many_sentences_in_order(port: int, service: TranslationService) -> None:
     answer = asyncio.run(ask_json(port, {"sentences": SENTENCES, "direction": "en-de", "beam": 4}))
+    assert len(answer.pop("details")) == len(SENTENCES)  # each translation's (tests/serve/test_details.py)
     assert answer == {
         "translations": [service.translate(s, "en-de", 4).text for s in SENTENCES],
         "direction": "en-de",
@@ -212,6 +213,7 @@ def test_a_folders_own_beam_is_the_default_of_the_page_its_api_and_the_json_rout
         with_two = [service.translate(s, str(imported), 2).text for s in SENTENCES]
         assert with_two != [service.translate(s, str(imported), 4).text for s in SENTENCES]  # the beam tells
         answer = asyncio.run(ask_json(port, {"sentences": SENTENCES, "direction": "en-de"}))
+        assert len(answer.pop("details")) == len(SENTENCES)
         assert answer == {"translations": with_two, "direction": "en-de", "beam": 2}
         client = Client(page.local_url, verbose=False)
         assert client.predict(SENTENCES[1], "en-de", None, api_name="/translate")[0] == with_two[1]

@@ -28,10 +28,17 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
 ) -> None:
     from aiayn.cli import main
     from aiayn.search.output import Output
-    from aiayn.serve.service import SHORT_RATIO, LoadedModel, Result, TranslationService, short_lines
+    from aiayn.serve.service import SHORT_RATIO, LoadedModel, Prepared, Result, TranslationService
     from aiayn.serve.status import status_line
 
     model = TranslationService().model(str(bundled["en-de"]))
+
+    def outputs(out_ids: list[list[int]]) -> list[Output]:
+        return [Output(ids, 0.0, True, [0.0] * len(ids)) for ids in out_ids]
+
+    def short_lines(prepared: Prepared, out_ids: list[list[int]]) -> list[int]:
+        return model.assemble(prepared, outputs(out_ids), 1.0).short_lines
+
     prepared = model.prepare(f"Two dogs play.\n{JOINED}")
     sources = [len(ids) - 1 for ids in prepared.src_ids]  # the joined sentence is 3 pieces, each judged summed
     assert len(sources) == 4 and sum(sources[1:]) >= 12
@@ -43,12 +50,12 @@ def test_a_translation_short_for_its_source_is_named_not_silent(
 
     translated = model.translate(f"Two dogs play.\n{JOINED}", 4)
     assert translated.short_lines == []  # clause by clause, nothing is lost
-    result = Result("", "CPU", 1.0, 2, [], 0, short_lines=[1], unsure_lines=[], refused=[])
+    result = Result("", "CPU", 1.0, 2, [], 0, short_lines=[1], unsure_lines=[], refused=[], lines=[])
     assert "line(s) 2: the translation looks short for its source" in status_line(result)
     monkeypatch.setattr(
         LoadedModel,
         "run",
-        lambda self, p, beam, on_batch=None: self.assemble(p, [Output(ids, 0.0, True) for ids in cut], 1.0),
+        lambda self, p, beam, on_batch=None: self.assemble(p, outputs(cut), 1.0),
     )
     assert main(["translate", "--model", str(bundled["en-de"]), f"Two dogs play.\n{JOINED}"]) == 0
     assert "line(s) 2: the translation looks short for its source" in capsys.readouterr().err

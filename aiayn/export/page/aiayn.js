@@ -7,6 +7,7 @@
 import initSentencex, { segment } from "./sentencex_wasm.js";
 import { Tokenizer } from "./tokenizers.min.mjs";
 import { OrtEngine, pickDevice, wasmThreads } from "./engine.js";
+import { unsureSpans, words } from "./marks.js";
 import { searchAll } from "./search.js";
 import { Codec, TextPipeline } from "./text.js";
 
@@ -29,25 +30,46 @@ async function load() {
     timed("device", pickDevice(asked.get("device") ?? "auto")),
   ]);
   // The graphs load while the tokenizer and sentencex do: the WASM compiles and downloads overlap.
-  const [tokenizer, , engine] = await Promise.all([
-    timed(
-      "tokenizer",
-      fetch("tokenizer.json")
-        .then((response) => response.json())
-        .then((json) => new Tokenizer(json, {})),
-    ),
+  const [tokenizerJson, , engine] = await Promise.all([
+    timed("tokenizer", fetch("tokenizer.json").then((response) => response.json())),
     timed("sentencex", initSentencex()),
     timed("engine", OrtEngine.load(config.web, config, device, threads, timed)),
   ]);
-  const codec = new Codec(tokenizer, config.web.special_tokens, config.model.source_prefix);
+  const codec = new Codec(new Tokenizer(tokenizerJson, {}), config.web.special_tokens, config.model.source_prefix);
   const text = new TextPipeline(config.web, config.model.src_lang, codec, segment);
-  return { config, text, engine, device };
+  const vocab = tokenizerJson.model.vocab; // BPE: {piece: id}; Unigram: [[piece, score], ...] by id
+  const pieces = Array.isArray(vocab) ? vocab.map(([piece]) => piece) : [];
+  if (!Array.isArray(vocab)) for (const [piece, id] of Object.entries(vocab)) pieces[id] = piece;
+  return { config, text, engine, device, pieces };
 }
 
 const loaded = load();
 
 /** The translations of `lines` (strings without line breaks); beam 1 is greedy. */
 async function translate(lines, { beam } = {}) {
+  const { text } = await loaded;
+  const { prepared, outputs } = await search(lines, beam);
+  return text.assemble(prepared, outputs.map((output) => output.tokens));
+}
+
+/** `translate` with the words the model was unsure of: per line `{ translation, unsure_words }`, the spans as
+ * `aiayn translate --report` and the JSON route give them (docs/serve.md). */
+async function translateMarked(lines, { beam } = {}) {
+  const { config, text, pieces } = await loaded;
+  const { prepared, outputs } = await search(lines, beam);
+  const threshold = config.confidence?.min_word_log_prob;
+  return text.assemble(prepared, outputs.map((output) => output.tokens)).map((translation, number) => {
+    const found = prepared.shape.lines[number].flatMap((sentence) =>
+      prepared.owner.flatMap((owner, i) =>
+        owner === sentence ? words(outputs[i].tokens.map((id) => pieces[id]), outputs[i].tokenLogProbs) : [],
+      ),
+    );
+    const marks = threshold === undefined ? [] : unsureSpans(translation, found, threshold, config.web.alnum);
+    return { translation, unsure_words: marks };
+  });
+}
+
+async function search(lines, beam) {
   if (!Array.isArray(lines) || !lines.every((line) => typeof line === "string")) {
     throw new TypeError("translate(lines): lines must be an array of strings");
   }
@@ -58,9 +80,9 @@ async function translate(lines, { beam } = {}) {
   const broken = lines.findIndex((line) => text.splitLines(line).length > 1);
   if (broken >= 0) throw new RangeError(`line ${broken + 1} holds a line break; give one line per item`);
   const prepared = text.prepare(lines.map((line) => text.splitLines(line)[0] ?? ""));
-  const outIds = await searchAll(engine, prepared.srcIds, config.web, beam);
+  const outputs = await searchAll(engine, prepared.srcIds, config.web, beam);
   if (first) timings["first translation"] = { start: first, end: performance.now() };
-  return text.assemble(prepared, outIds);
+  return { prepared, outputs };
 }
 
 /** A text as the page's box holds it, translated line by line. */
@@ -79,6 +101,7 @@ export const aiayn = {
     beam: config.web.beam_size,
   })),
   translate,
+  translateMarked,
   translateText,
   timings,
 };

@@ -60,6 +60,7 @@ function lengthPenalty(length, alpha, normalization) {
 async function greedy(engine, srcIds, limits) {
   const batch = srcIds.length;
   const outputs = srcIds.map(() => []);
+  const own = srcIds.map(() => []); // each output id's log-probability, as its step gave it
   let state = await engine.start(srcIds);
   let rows = [...Array(batch).keys()];
   let last = rows.map(() => engine.bos);
@@ -69,7 +70,9 @@ async function greedy(engine, srcIds, limits) {
     [logProbs, state] = await engine.step(state, last);
     const choice = rows.map((_, r) => argmax(logProbs, r, engine.vocab, engine.neverGenerate));
     rows.forEach((sentence, r) => {
-      if (choice[r] !== engine.eos) outputs[sentence].push(choice[r]);
+      if (choice[r] === engine.eos) return;
+      outputs[sentence].push(choice[r]);
+      own[sentence].push(logProbs[r * engine.vocab + choice[r]]);
     });
     const going = rows.map((sentence, r) => choice[r] !== engine.eos && limits[sentence] > length);
     if (!going.some(Boolean)) break;
@@ -82,7 +85,7 @@ async function greedy(engine, srcIds, limits) {
       last = choice;
     }
   }
-  return outputs;
+  return outputs.map((tokens, i) => ({ tokens, tokenLogProbs: own[i] }));
 }
 
 /** beam.py's beam_search: up to k finished hypotheses per sentence, the best by log-probability / lp(length). */
@@ -95,6 +98,7 @@ async function beam(engine, srcIds, k, alpha, normalization, limits) {
   let active = [...Array(batch).keys()];
   let scores = active.map(() => Array.from({ length: k }, (_, b) => (b === 0 ? 0 : -Infinity)));
   let tokens = active.map(() => Array.from({ length: k }, () => []));
+  let own = active.map(() => Array.from({ length: k }, () => [])); // each token's log-probability, as its step gave it
   let last = repeated.map(() => engine.bos);
   const longest = Math.max(...limits);
   for (let length = 1; length <= longest; length++) {
@@ -103,13 +107,15 @@ async function beam(engine, srcIds, k, alpha, normalization, limits) {
     const kk = Math.min(2 * k, engine.vocab - engine.neverGenerate.size); // allowed_top's columns
     const m = Math.min(2 * k, k * kk);
     const penalty = lengthPenalty(length, alpha, normalization);
-    const next = { beams: [], scores: [], tokens: [] };
+    const next = { beams: [], scores: [], tokens: [], own: [] };
     active.forEach((sentence, r) => {
       // Columns beam by beam, each beam's tokens best first: among equal scores, the (beam, token) order.
       const candidates = [];
       for (let b = 0; b < k; b++) {
         const top = topK(logProbs, r * k + b, engine.vocab, kk, engine.neverGenerate);
-        top.values.forEach((value, j) => candidates.push({ score: scores[r][b] + value, parent: b, token: top.ids[j] }));
+        top.values.forEach((value, j) =>
+          candidates.push({ score: scores[r][b] + value, parent: b, token: top.ids[j], value }),
+        );
       }
       const best = candidates
         .map((c, column) => [c, column])
@@ -119,17 +125,20 @@ async function beam(engine, srcIds, k, alpha, normalization, limits) {
       const beams = Array(k).fill(0); // dead beams copy beam 0 and are fed </s>, their outputs ignored
       const beamScores = Array(k).fill(-Infinity);
       const newTokens = Array(k).fill(eos);
+      const newValues = Array(k).fill(0);
       let liveAbove = 0;
       for (const c of best) {
         const finite = Number.isFinite(c.score);
         if (finite && c.token === eos && liveAbove < k) {
           const output = tokens[r][c.parent].slice();
-          finished[sentence].push({ tokens: output, logProb: c.score, score: c.score / penalty });
+          const values = own[r][c.parent].slice();
+          finished[sentence].push({ tokens: output, tokenLogProbs: values, logProb: c.score, score: c.score / penalty });
         } else if (finite && c.token !== eos) {
           if (liveAbove < k) {
             beams[liveAbove] = c.parent;
             beamScores[liveAbove] = c.score;
             newTokens[liveAbove] = c.token;
+            newValues[liveAbove] = c.value;
           }
           liveAbove += 1;
         }
@@ -137,14 +146,18 @@ async function beam(engine, srcIds, k, alpha, normalization, limits) {
       next.beams.push(beams);
       next.scores.push(beamScores);
       next.tokens.push(beams.map((parent, b) => [...tokens[r][parent], newTokens[b]]));
+      next.own.push(beams.map((parent, b) => [...own[r][parent], newValues[b]]));
     });
     scores = next.scores;
     tokens = next.tokens;
+    own = next.own;
     const going = active.map((sentence, r) => {
       const atLimit = limits[sentence] <= length;
       if (atLimit) {
         scores[r].forEach((score, b) => {
-          if (Number.isFinite(score)) finished[sentence].push({ tokens: tokens[r][b], logProb: score, score: score / penalty });
+          if (!Number.isFinite(score)) return;
+          const hypothesis = { tokens: tokens[r][b], tokenLogProbs: own[r][b], logProb: score, score: score / penalty };
+          finished[sentence].push(hypothesis);
         });
       }
       return !atLimit && finished[sentence].length < k && Number.isFinite(scores[r][0]);
@@ -155,17 +168,19 @@ async function beam(engine, srcIds, k, alpha, normalization, limits) {
     active = kept.map((r) => active[r]);
     scores = kept.map((r) => scores[r]);
     tokens = kept.map((r) => tokens[r]);
+    own = kept.map((r) => own[r]);
     last = tokens.flatMap((beams) => beams.map((output) => output.at(-1)));
   }
   return finished.map((hyps) => {
     const ranked = hyps.map((h, i) => [h, i]).sort(([a, i], [b, j]) => b.score - a.score || i - j);
-    return ranked.length ? ranked[0][0].tokens : [];
+    return ranked.length ? ranked[0][0] : { tokens: [], tokenLogProbs: [] };
   });
 }
 
-/** Translator.outputs: the output ids of each source id list (each ending in </s>), searched in length batches. */
+/** Translator.outputs: the output of each source id list (each ending in </s>), searched in length batches: its
+ * ids (`tokens`) and each id's log-probability (`tokenLogProbs`). */
 export async function searchAll(engine, srcIds, settings, beamSize) {
-  const outputs = srcIds.map(() => []);
+  const outputs = srcIds.map(() => ({ tokens: [], tokenLogProbs: [] }));
   const lengths = srcIds.map((ids) => ids.length);
   for (const batch of lengthBatches(lengths, settings.max_sentences, settings.max_tokens)) {
     const rows = batch.map((i) => srcIds[i]);
