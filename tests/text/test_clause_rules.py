@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from aiayn.core.folder import ModelFolder
 from aiayn.text.clauses import MIN_PIECE_TOKENS, Clause, ClauseSplitter
 
