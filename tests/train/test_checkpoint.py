@@ -11,7 +11,7 @@ from aiayn.train.checkpoint import AVERAGE_FIX, average_state_dicts, load_checkp
 
 
 def test_a_checkpoint_is_written_whole_under_its_name_and_read_back(tmp_path: Path) -> None:
-    path = tmp_path / "new" / "last.pt"  # its folder made on the way
+    path = tmp_path / "run" / "checkpoints" / "last.pt"  # its folders made on the way
     save_atomic({"step": 7, "model": {"w": torch.ones(2)}}, path)
     save_atomic({"step": 8, "model": {"w": torch.zeros(2)}}, path)  # over the last one
     assert [p.name for p in path.parent.iterdir()] == ["last.pt"]  # no temporary file left beside it
