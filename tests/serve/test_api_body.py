@@ -40,9 +40,10 @@ def test_a_body_gives_its_sentences_direction_and_beam_or_the_defaults() -> None
     ("raw", "status", "message"),
     [
         (b" " * (MAX_BODY_BYTES + 1), 413, f"the body has {MAX_BODY_BYTES + 1} bytes; at most {MAX_BODY_BYTES}"),
+        (b" " * MAX_BODY_BYTES, 400, "the body is not JSON: "),  # at the cap: read
         (b"\xff", 400, "the body is not JSON: "),
         (b"[]", 422, 'the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}'),
-        (body(sentences=["a"], text="a", beam=1), 422, "unknown field(s) text; the fields are sentences, direction"),
+        (body(sentences=["a"], text="a", model=1), 422, "unknown field(s) model, text; the fields are sentences, "),
         (body(beam=1), 422, "sentences must be a list of strings"),
         (body(sentences=["a", None]), 422, "sentences must be a list of strings"),
         (body(sentences=[]), 422, "sentences has 0 items; from 1 to 256 are translated per request"),
