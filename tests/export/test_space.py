@@ -162,32 +162,24 @@ def test_the_page_says_what_each_model_knows(bundled: dict[str, Path]) -> None:
     assert "**de → en**: trained on Multi30k image captions (29 000 pairs)." in page
 
 
-def test_the_space_serves_from_a_fresh_environment_as_translate(
+def test_the_space_and_the_repositorys_own_serve_from_a_fresh_environment_as_translate(
     bundled: dict[str, Path],
     space_python: Path,
     serve_space: Callable[..., AbstractContextManager[str]],
     tmp_path: Path,
 ) -> None:
+    """An exported Space, then the repository, which is a Space too (app.py, requirements.txt and README.md's front
+    matter at its root): each run as a Space runs it, with its requirements only, answers as `aiayn translate`."""
     space = export("en-de", tmp_path / "space")
     with serve_space(space_python, space, tmp_path / "space.log") as url:
         assert_answers_as_translate(url, "en-de", "en-de", SENTENCES)
-
-
-def test_the_repositorys_own_space_serves_from_a_fresh_environment_as_translate(
-    bundled: dict[str, Path],
-    space_python: Path,
-    serve_space: Callable[..., AbstractContextManager[str]],
-    tmp_path: Path,
-) -> None:
-    """The repository is a Space too (app.py, requirements.txt and README.md's front matter at its root): run as a
-    Space runs it, with its requirements only, it serves both bundled models as `aiayn translate` does."""
     card = front_matter(ROOT)
     assert (card["sdk"], card["app_file"], card["sdk_version"]) == ("gradio", "app.py", gradio.__version__)
     # The venv holds the exported Space's requirements too: the root's must name each of them itself.
-    exported = (export("en-de", tmp_path / "exported") / "requirements.txt").read_text().split()
+    exported = (space / "requirements.txt").read_text().split()
     root = (ROOT / "requirements.txt").read_text().splitlines()
     root_names = {line.split(">=")[0].strip() for line in root if line.strip() and not line.startswith("#")}
     assert {line.split("==")[0] for line in exported} <= root_names
-    with serve_space(space_python, ROOT, tmp_path / "space.log") as url:
+    with serve_space(space_python, ROOT, tmp_path / "root.log") as url:
         assert_answers_as_translate(url, "en-de", "en-de", SENTENCES[:1])
         assert_answers_as_translate(url, "de-en", "de-en", ["Zwei Hunde spielen im Schnee."])
