@@ -3,19 +3,15 @@ a source may be, and a sentence's confidence."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 
 import pytest
 
-from aiayn.search import Output, beam_search, beam_search_nbest, length_penalty_of, mean_log_prob
+from aiayn.search import Output, length_penalty_of, mean_log_prob
 from aiayn.search.translator import SearchSettings, Translator, beam_size_of
 
 
-def test_the_papers_beam_4_and_alpha_0_6_are_every_searchs_defaults() -> None:
-    for search in (beam_search, beam_search_nbest):
-        parameters = inspect.signature(search).parameters
-        assert (parameters["beam_size"].default, parameters["length_penalty"].default) == (4, 0.6)
+def test_the_papers_beam_4_and_alpha_0_6_are_the_settings_defaults() -> None:
     assert (SearchSettings().beam_size, SearchSettings().length_penalty, SearchSettings().max_extra_len) == (4, 0.6, 50)
 
 
