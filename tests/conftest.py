@@ -193,9 +193,11 @@ def serve_page() -> Callable[..., AbstractContextManager[Page]]:
 
 @pytest.fixture(scope="session")
 def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Path]) -> Path:
-    """The Python of a fresh virtual environment holding only what a Gradio Space installs for an exported Space:
-    its requirements.txt and the Gradio of its front matter's ``sdk_version`` (pip's cache makes a rerun quick).
-    Skipped, saying why, where pip cannot reach the package registry."""
+    """The Python of a fresh virtual environment holding only what a Gradio Space installs: the requirements.txt of
+    an exported Space and of the repository's own Space (one venv for both, to keep the suite short: the root's
+    adds only numpy and tqdm, which Gradio installs anyway), and the Gradio of their front matter's
+    ``sdk_version`` (pip's cache makes a rerun quick). Skipped, saying why, where pip cannot reach the package
+    registry."""
     import gradio
 
     space = tmp_path_factory.mktemp("space-requirements") / "space"
@@ -208,7 +210,9 @@ def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Pa
     probe = subprocess.run([*pip, "index", "versions", "gradio"], capture_output=True, text=True, timeout=120)
     if probe.returncode != 0:
         pytest.skip(f"pip cannot reach the package registry: {probe.stderr.strip().splitlines()[-1:]}")
-    install = [*pip, "install", "-q", "-r", str(space / "requirements.txt"), f"gradio=={gradio.__version__}"]
+    root = Path(__file__).resolve().parents[1]
+    requirements = ["-r", str(space / "requirements.txt"), "-r", str(root / "requirements.txt")]
+    install = [*pip, "install", "-q", *requirements, f"gradio=={gradio.__version__}"]
     result = subprocess.run(install, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     return venv / "bin" / "python"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +110,51 @@ def test_a_run_ends_with_a_summary_and_resumes_from_its_folder_alone(
 def test_resume_of_a_folder_without_a_run_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--out", str(tmp_path / "nothing"), "--resume"]) == 2
     assert "no run to resume" in capsys.readouterr().err
+
+
+def checkpoint_step(path: Path) -> tuple[int, int] | None:
+    """(step, epochs finished) of a run's last.pt, or None before its first save."""
+    import torch
+
+    if not path.is_file():
+        return None
+    state = torch.load(path, weights_only=False)  # written to a new name, then renamed: never half a file
+    return int(state["step"]), int(state["epoch"])
+
+
+def test_a_run_killed_between_checkpoints_resumes_from_its_folder_losing_only_the_steps_since(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    train, valid = write_pairs(tmp_path, "train", 600), write_pairs(tmp_path, "val", 10)
+    corpus = ["--train-files", *map(str, train), "--valid-files", *map(str, valid)]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(["train", *corpus, *tiny_training(straight), "--max-tokens", "128"]) == 0  # one epoch, small batches
+    steps = json.loads((straight / "training.json").read_text())["steps"]
+    every = 4
+    assert steps > 4 * every, steps  # the kill falls well inside the one epoch
+    command = [sys.executable, "-m", "aiayn.cli", "train", *corpus, *tiny_training(killed), "--max-tokens", "128"]
+    command += ["--checkpoint-every", str(every)]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    last = killed / "checkpoints" / "last.pt"
+    seen = None
+    try:
+        deadline = time.monotonic() + 120
+        while (seen is None or seen[0] < 2 * every) and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            seen = checkpoint_step(last)
+    finally:
+        os.kill(run.pid, signal.SIGKILL)  # no handler, no last save: the run stops as a power cut would stop it
+        run.wait()
+    assert run.returncode == -signal.SIGKILL, "the run ended before it was killed"
+    step, epochs = checkpoint_step(last) or (0, 0)
+    # Saved every 4 steps mid-epoch: the kill loses at most the 3 steps since the last save, not the epoch.
+    assert seen is not None and seen[0] >= 2 * every and step % every == 0 and epochs == 0 and step < steps
+    capsys.readouterr()
+    assert main(["train", "--out", str(killed), "--resume"]) == 0
+    assert f"resuming from step {step} (epoch 1)" in "".join(capsys.readouterr())
+    a, b = (torch.load(out / "checkpoints" / "last.pt", weights_only=False) for out in (straight, killed))
+    assert a["step"] == b["step"] == steps
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name

@@ -134,12 +134,46 @@ def test_beam_4_with_the_checkpoints_normalisation(
     assert same >= 0.9 * SENTENCES
 
 
-def test_translate_and_page_route_take_the_imported_folder(marian_checkpoint: MakeCheckpoint, tmp_path: Path) -> None:
+def test_translate_and_page_route_take_the_imported_folder(
+    marian_checkpoint: MakeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`aiayn translate --model FOLDER`, and the page's API and JSON route serving it: each gives the serving
+    engine's beam-4 translation of each line with the folder's tokenizer and search settings."""
+    import socket
+    import urllib.request
+
+    from gradio_client import Client
+
+    from aiayn.serve.api import json_route
+    from aiayn.serve.page import build_app
+    from aiayn.serve.server import launch
     from aiayn.serve.service import TranslationService
 
     folder = imported(marian_checkpoint("swish", True), tmp_path)
-    result = TranslationService(device="cpu").translate("Two dogs play in the snow.\nA man sits.", str(folder.path))
-    assert result.sentences == 2 and len(result.text.splitlines()) == 2
+    lines = ["Two dogs play in the snow.", "A man sits."]
+    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
+    expected = translator.translate(lines, SearchSettings.of(folder, beam_size=4))
+    assert all(expected)
+    capsys.readouterr()
+    assert main(["translate", "--model", str(folder.path), "--beam", "4", "\n".join(lines)]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+    service = TranslationService(device="cpu")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    page = build_app(service, [str(folder.path)])
+    launch(page, port=port, routes=[json_route(service)])
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        answer = Client(url, verbose=False).predict("\n".join(lines), "en-de", 4, api_name="/translate")[0]
+        assert answer.splitlines() == expected
+        body = json.dumps({"sentences": lines, "direction": "en-de", "beam": 4}).encode()
+        request = urllib.request.Request(f"{url}v1/translate", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.loads(response.read())["translations"] == expected
+    finally:
+        page.close()
 
 
 def test_refusals_name_what_and_why(

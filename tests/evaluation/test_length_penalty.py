@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aiayn.core.folder import ModelFolder
@@ -13,6 +15,7 @@ from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.evaluation.evaluate import tune_length_penalty
+from aiayn.search.step import FullDistributionStep
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.service import TranslationService
 
@@ -52,3 +55,56 @@ def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path
     test = ParallelCorpus(SENTENCES, SENTENCES, "en", "de", "test_2016_flickr")
     with pytest.raises(ValueError, match="on val only"):
         tune_length_penalty(ModelFolder.open(folder), translator, test, 3, [0.6, 1.2])
+
+
+WORDS = "<pad> <unk> <s> </s> two dogs play together in the deep white snow".split()
+PAD, BOS, EOS = 0, 2, 3
+REFERENCE = WORDS[4:]  # eight words
+
+
+class WordCodec:
+    """One id per word of WORDS."""
+
+    def encode_source(self, text: str) -> list[int]:
+        return [WORDS.index(word) for word in text.split()] + [EOS]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(WORDS[i] for i in ids)
+
+
+class ShortOrLong(FullDistributionStep[np.ndarray]):
+    """A model torn between two outputs: </s> at once (probability 0.5), or REFERENCE word by word (0.5 for its
+    first word, then 0.9 for each next word, then </s>). Without a length penalty the empty output scores
+    log 0.5 = -0.69 against the reference's log 0.5 + 7 log 0.9 = -1.43; the reference's 9 tokens win once
+    lp = (14/6)^α exceeds 2.07, that is from α ≈ 0.86: α = 0.6 keeps the empty output, 1.2 and 2.0 the reference."""
+
+    bos_id, eos_id, pad_id, never_generate = BOS, EOS, PAD, ()
+
+    def start(self, src_ids: np.ndarray) -> np.ndarray:
+        return np.zeros((src_ids.shape[0], 0), dtype=np.int64)  # the state: each row's prefix
+
+    def select(self, state: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return state[rows]
+
+    def step(self, state: np.ndarray, tgt_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        state = np.concatenate([state, tgt_ids], axis=1)  # (rows, length)
+        reference = [WORDS.index(word) for word in REFERENCE]
+        log_probs = np.full((state.shape[0], len(WORDS)), -np.inf, dtype=np.float32)  # (rows, vocab): impossible
+        for row, prefix in enumerate(state.tolist()):
+            written = prefix[1:]
+            if not written:
+                log_probs[row, [EOS, reference[0]]] = np.log(0.5)
+            elif written == reference[: len(written)] and len(written) < len(reference):
+                log_probs[row, reference[len(written)]] = np.log(0.9)
+            else:
+                log_probs[row, EOS] = 0.0
+        return log_probs, state
+
+
+def test_tuning_keeps_the_alpha_whose_translations_score_best(folder: Path) -> None:
+    translator = Translator(ShortOrLong(), WordCodec(), 64)
+    sentence = " ".join(REFERENCE)
+    val = ParallelCorpus([sentence, "two dogs"], [sentence, sentence], "en", "de", "val")
+    bleu = tune_length_penalty(ModelFolder.open(folder), translator, val, 4, [0.6, 1.2, 2.0])
+    assert bleu[0.6] == 0.0 and bleu[1.2] == bleu[2.0] == pytest.approx(100.0)
+    assert SearchSettings.of(ModelFolder.open(folder)).length_penalty == 1.2  # the best; of two equal, the first

@@ -33,6 +33,7 @@ from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.pytorch import TorchEngine
+from aiayn.evaluation.metrics import score
 from aiayn.export import checks
 from aiayn.export.ctranslate2 import ctranslate2_greedy, export_ctranslate2
 from aiayn.export.onnx_export import MIN_COMPACT_ELEMENTS, export_onnx
@@ -308,10 +309,29 @@ def test_bundled_model_through_ctranslate2_matches_real_sentences(
     assert tokenizer.decode(ours[0]) == "Two dogs play in the snow."
 
 
-def test_int8_translates_a_real_sentence(bundled: dict[str, Path], tmp_path: Path) -> None:
+GERMAN = [
+    "Zwei Hunde spielen im Schnee.",
+    "Ein Mann fährt mit dem Fahrrad eine Straße entlang.",
+    "Kinder spielen Fußball auf einer grünen Wiese.",
+    "Eine Frau sitzt auf einer Bank und liest ein Buch.",
+    "Ein Mädchen springt in das Schwimmbecken.",
+    "Drei Musiker spielen Gitarre auf einer Bühne.",
+]
+
+
+def test_int8_translates_real_sentences_as_fp32_does_within_a_few_characters(
+    bundled: dict[str, Path], tmp_path: Path
+) -> None:
+    """int8's products are exact, but which int8 kernel runs (and how it saturates) is MLAS's choice per
+    instruction set (VNNI, AVX2, AVX-512), and a rounding that moves a near-tie changes a word: so int8 is held to
+    fp32's translations by chrF (≥ 80 here, where a changed word costs a few points), not to one exact string."""
     folder = tmp_path / "de-en"
     shutil.copytree(bundled["de-en"], folder)
     export_onnx(load_model(folder), folder, ("int8",))
-    engine = PortableOnnxEngine.load(folder, device="cpu", variant="int8")
-    translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), 1024)
-    assert translator.translate(["Zwei Hunde spielen im Schnee."]) == ["Two dogs play in the snow."]
+    tokenizer = SubwordTokenizer.load(folder / "tokenizer.json")
+    fp32, int8 = (
+        Translator(PortableOnnxEngine.load(folder, device="cpu", variant=variant), tokenizer, 1024).translate(GERMAN)
+        for variant in ("fp32", "int8")
+    )
+    assert fp32[0] == "Two dogs play in the snow."  # fp32's sums differ between CPUs in the last bits only
+    assert score(int8, fp32).chrf >= 80

@@ -264,3 +264,21 @@ def test_every_feature_of_the_page_works_in_the_exported_space(served: tuple[str
         assert downloaded == service.translate_file("\n".join(SENTENCES), "en-de") + "\n"
         page.close()
     assert errors == []
+
+
+def test_the_repositorys_own_space_serves_from_the_fresh_environment_as_translate(
+    space_python: Path, serve_space: Callable[..., AbstractContextManager[str]], tmp_path: Path
+) -> None:
+    """The repository is a Space too (app.py, requirements.txt and README.md's front matter at its root): run as a
+    Space runs it, from the environment every Space test shares, it answers as `aiayn translate`. That environment
+    holds an exported Space's requirements too, so the root's must name each of them itself."""
+    space = export("en-de", tmp_path / "space")
+    card = front_matter(ROOT)
+    assert (card["sdk"], card["app_file"], card["sdk_version"]) == ("gradio", "app.py", gradio.__version__)
+    exported = (space / "requirements.txt").read_text().split()
+    root = (ROOT / "requirements.txt").read_text().splitlines()
+    root_names = {line.split(">=")[0].strip() for line in root if line.strip() and not line.startswith("#")}
+    assert {line.split("==")[0] for line in exported} <= root_names
+    with serve_space(space_python, ROOT, tmp_path / "root.log") as url:
+        assert_answers_as_translate(url, "en-de", "en-de", SENTENCES[:1])
+        assert_answers_as_translate(url, "de-en", "de-en", ["Zwei Hunde spielen im Schnee."])

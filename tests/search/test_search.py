@@ -339,3 +339,20 @@ def test_search_settings_bound_every_output_whatever_its_input() -> None:
         SearchSettings(min_len=-1)
     with pytest.raises(ValueError, match="max_len must be at least 1 and at least min_len"):
         SearchSettings(min_len=4, max_len=3)
+
+
+def test_without_settings_a_search_is_the_papers_beam_4_and_alpha_0_6() -> None:
+    """Defaults by behaviour, not by signature: other beams and α change some outputs of these random models."""
+    models = [ToyModel.random(vocab=9, seed=seed) for seed in range(40)]
+    src = source(3, 4)
+
+    def outputs(**settings: float) -> list[list[int]]:
+        return [beam_search(model, src, max_len=6, **settings)[0].tokens for model in models]  # type: ignore[arg-type]
+
+    def nbest(**settings: float) -> list[list[list[int]]]:
+        found = [beam_search_nbest(model, src, max_len=6, **settings)[0] for model in models]  # type: ignore[arg-type]
+        return [[h.tokens for h in hyps] for hyps in found]
+
+    papers = outputs(beam_size=4, length_penalty=0.6)
+    assert outputs() == papers and outputs(beam_size=5) != papers and outputs(length_penalty=1.6) != papers
+    assert nbest() == nbest(beam_size=4, length_penalty=0.6) != nbest(beam_size=5)

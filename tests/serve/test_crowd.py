@@ -173,6 +173,10 @@ def test_the_json_route_translates_many_sentences_in_order(port: int, service: T
         ({"sentences": ["A dog."], "beam": "abc"}, 422, "beam size must be a whole number from 1 to 8, got 'abc'"),
         ({"sentences": ["A dog."], "beam": 2.7}, 422, "got 2.7"),
         ({"sentences": ["x" * 600]}, 422, "sentences[0], line 1:"),  # a single word over the token limit
+        ({"sentences": ["A dog.", 3]}, 422, "sentences must be a list of strings"),
+        ({"sentences": ["A dog runs. " * 400] * 11}, 422, "52800 characters together; at most 50000"),
+        (b" " * 200_001, 413, "the body has 200001 bytes; at most 200000"),  # refused before it is parsed
+        (b" " * 200_000, 400, "the body is not JSON"),  # at the cap: parsed
     ],
 )
 def test_the_json_route_refuses_a_bad_body_with_one_message(port: int, body: object, status: int, message: str) -> None:

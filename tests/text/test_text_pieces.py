@@ -9,11 +9,13 @@ from aiayn.text.sentences import (
     MAX_FILE_CHARS,
     InputTooLong,
     check_length,
+    is_spaced,
     layout,
     reassemble,
     split_lines,
     split_long,
     split_sentences,
+    starts_sentence,
 )
 
 
@@ -125,3 +127,32 @@ def test_only_newline_and_carriage_return_break_lines(inside: str) -> None:
     shape = layout(f"A dog runs.{inside}A cat sleeps.", "en")
     assert shape.sentences == ["A dog runs.", "A cat sleeps."] and len(shape.lines) == 1
     assert split_lines("") == [] and split_lines("\n") == [""]
+
+
+def test_a_limit_message_says_the_limit_and_offers_an_upload_only_below_the_files() -> None:
+    with pytest.raises(InputTooLong) as request:
+        check_length("a" * (MAX_CHARS + 1))
+    assert str(request.value) == (
+        f"the text has {MAX_CHARS + 1} characters; at most {MAX_CHARS} are translated per request here — split it, "
+        f"upload it as a .txt file (up to {MAX_FILE_CHARS} characters), or translate a file of any size with "
+        "`aiayn translate --input FILE`"
+    )
+    with pytest.raises(InputTooLong) as upload:
+        check_length("a" * (MAX_FILE_CHARS + 1), MAX_FILE_CHARS, "the file")
+    assert "split it, or translate a file of any size" in str(upload.value)
+
+
+def test_long_sentences_are_halved_at_their_middle_word_and_a_sentence_at_the_limit_stays() -> None:
+    words = len
+    assert split_long("a b c d", lambda s: words(s.split()), limit=4) == ["a b c d"]
+    assert split_long("a b c d", lambda s: words(s.split()), limit=3) == ["a b", "c d"]
+    assert split_long("ab cd", lambda s: words(s.split()) * 10, limit=10) == ["ab", "cd"]  # two words are enough
+    with pytest.raises(InputTooLong, match=f": {'x' * 40}…; add spaces or remove it$"):
+        split_long("x" * 50, len, limit=10)
+
+
+def test_a_sentence_starts_after_its_opening_quotes_and_a_cut_needs_white_space() -> None:
+    assert starts_sentence('"A dog') and starts_sentence("«(Zwei") and not starts_sentence('"a dog')
+    assert is_spaced("runs.", " A") and is_spaced("runs. ", "A") and not is_spaced("U.S", "Army")
+    shape = layout(["A dog runs. A cat sleeps.", "", "Two birds."], "en")  # lines given as lines
+    assert shape.sentences == ["A dog runs.", "A cat sleeps.", "Two birds."] and shape.lines == [[0, 1], [], [2]]

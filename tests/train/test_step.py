@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from accumulation_worker import MICRO_BATCHES, gradients, joined
 from test_train import options, reverse_corpus
 
+from aiayn.core.folder import CHECKPOINT_DIR
 from aiayn.train import precision
 from aiayn.train.loop import train
 
@@ -43,14 +45,24 @@ def test_two_gloo_processes_with_accumulation_match_one_batch(tmp_path: Path) ->
 
 
 def test_the_trainer_accumulates_and_records_its_precision(tmp_path: Path) -> None:
-    folder = train(
-        options(tmp_path / "m", epochs=1, update_freq=2, precision="fp32"),
-        reverse_corpus(200, 0, "train"),
-        reverse_corpus(10, 1, "val"),
-    )
-    record = json.loads((folder / "training.json").read_text())
+    def one_epoch(update_freq: int) -> tuple[dict[str, Any], int]:
+        folder = train(
+            options(tmp_path / str(update_freq), epochs=1, update_freq=update_freq, precision="fp32"),
+            reverse_corpus(200, 0, "train"),
+            reverse_corpus(10, 1, "val"),
+        )
+        optimizer = torch.load(folder / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]
+        adam_steps = {int(state["step"]) for state in optimizer["state"].values()}  # one count per parameter
+        assert len(adam_steps) == 1
+        return json.loads((folder / "training.json").read_text()), adam_steps.pop()
+
+    record, adam_steps = one_epoch(2)
     assert record["options"]["update_freq"] == 2 and record["hardware"]["precision"] == "fp32"
-    assert record["steps"] > 0 and record["data"]["counts"]["train"]["kept"] == 200
+    assert record["data"]["counts"]["train"]["kept"] == 200
+    single, single_adam_steps = one_epoch(1)
+    # The same epoch's batches, two to an update: half the optimizer's steps (an odd last batch is left out).
+    assert single_adam_steps == single["steps"] > 2
+    assert adam_steps == record["steps"] == single["steps"] // 2
 
 
 def test_precision_auto_fp32_and_bf16(monkeypatch: pytest.MonkeyPatch) -> None:

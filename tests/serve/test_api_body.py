@@ -1,0 +1,60 @@
+"""The JSON route's body, checked before any search (``api.parsed``): each refusal's status and message, and a
+request's defaults (the first served direction, the folder's own beam)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from aiayn.serve.api import MAX_BODY_BYTES, BadBody, parsed
+from aiayn.serve.requests import directions
+
+
+def served() -> dict[str, Any]:
+    def model(src: str, tgt: str) -> Any:
+        config = SimpleNamespace(src_lang=src, tgt_lang=tgt)
+        folder = SimpleNamespace(config=config, path=Path("/models") / f"{src}{tgt}")
+        return SimpleNamespace(config=config, folder=folder, search=SimpleNamespace(beam_size=3))
+
+    return dict(directions({"en-de": model("en", "de"), "de-en": model("de", "en")}))
+
+
+def body(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_a_body_gives_its_sentences_direction_and_beam_or_the_defaults() -> None:
+    sentences, direction, beam = parsed(body(sentences=["A dog."], direction="de-en", beam=2), served())
+    assert (sentences, direction.value, beam) == (["A dog."], "de-en", 2)
+    sentences, direction, beam = parsed(body(sentences=["A dog.", "A cat."]), served())
+    assert (sentences, direction.value, beam) == (["A dog.", "A cat."], "en-de", 3)  # the first, the folder's beam
+    at_limits = body(sentences=["x" * 5000] * 10)  # 5 000 characters each, 50 000 together
+    assert len(parsed(at_limits, served())[0]) == 10 and len(parsed(body(sentences=["a"] * 256), served())[0]) == 256
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "message"),
+    [
+        (b" " * (MAX_BODY_BYTES + 1), 413, f"the body has {MAX_BODY_BYTES + 1} bytes; at most {MAX_BODY_BYTES}"),
+        (b" " * MAX_BODY_BYTES, 400, "the body is not JSON: "),  # at the cap: read
+        (b"\xff", 400, "the body is not JSON: "),
+        (b"[]", 422, 'the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}'),
+        (body(sentences=["a"], text="a", model=1), 422, "unknown field(s) model, text; the fields are sentences, "),
+        (body(beam=1), 422, "sentences must be a list of strings"),
+        (body(sentences=["a", None]), 422, "sentences must be a list of strings"),
+        (body(sentences=[]), 422, "sentences has 0 items; from 1 to 256 are translated per request"),
+        (body(sentences=["a"] * 257), 422, "sentences has 257 items; from 1 to 256 are translated per request"),
+        (body(sentences=["a", "x" * 5001]), 422, "sentences[1] has 5001 characters; at most 5000"),
+        (body(sentences=["x" * 5000] * 10 + ["y"]), 422, "the sentences have 50001 characters together; at most 50000"),
+        (body(sentences=["a"], direction="en-fr"), 422, "en-fr is not in the list of choices: en-de, de-en"),
+        (body(sentences=["a"], beam=0), 422, "beam size must be a whole number from 1 to 8, got 0"),
+    ],
+)
+def test_a_bad_body_is_refused_with_its_status_and_one_message(raw: bytes, status: int, message: str) -> None:
+    with pytest.raises(BadBody) as refused:
+        parsed(raw, served())
+    assert refused.value.status == status and str(refused.value).startswith(message)
