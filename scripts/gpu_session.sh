@@ -29,7 +29,7 @@ OUT=${OUT:-$REPO/.gpu/out}  # set by the machine's tool there; what is written u
 GPU=$REPO/.gpu
 PIECES=/tmp/aiayn-pieces  # where the pieces wait on the machine between calls
 SITE=/tmp/site  # the carried packages, ahead of the machine's own (its onnxruntime is the CPU build)
-PIECE_MIB=33  # the checkout (~29 MiB) + .gpu/base + one piece stay under a call's 64 MiB
+PIECE_MIB=30  # the checkout (~29 MiB) + .gpu/base + one piece stay under a call's 64 MiB
 
 ORT_WHEEL="onnxruntime-gpu==1.31.1"  # built for CUDA 13 (libcublasLt.so.13), as the machine's PyTorch is
 CT2_WHEEL="ctranslate2==4.8.5"
