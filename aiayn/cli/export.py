@@ -52,9 +52,9 @@ def check_set(
 
 def cmd_export(args: argparse.Namespace) -> None:
     folder = ModelFolder.open(args.model)
-    folders = ("web", "space")  # what --out names
+    folders = ("web", "space", "transformers")  # what --out names
     if (args.to in folders) != (args.out is not None):
-        raise UserError("--out DIR goes with --to web or --to space, and they need it")
+        raise UserError("--out DIR goes with --to web, --to space or --to transformers, and they need it")
     if args.device is not None and args.to != "space":
         raise UserError("--device goes with --to space (the Space's hardware); graphs serve on any device")
     if args.variant is not None and args.to != "web":
@@ -69,6 +69,12 @@ def cmd_export(args: argparse.Namespace) -> None:
         from aiayn.export.space import export_space
 
         for line in export_space(folder, Path(args.out), args.device or "cpu"):
+            print(line)
+        return
+    if args.to == "transformers":
+        from aiayn.export.transformers_folder import export_transformers
+
+        for line in export_transformers(folder, Path(args.out)):
             print(line)
         return
 
@@ -91,12 +97,13 @@ def add_export(sub: Any) -> None:
     p.add_argument("--fp16", action="store_true", help="also write fp16 graphs (for CUDA)")
     p.add_argument(
         "--to",
-        choices=("onnx", "ctranslate2", "web", "space"),
+        choices=("onnx", "ctranslate2", "web", "space", "transformers"),
         default="onnx",
-        help="ONNX graphs, a CTranslate2 model, a static folder that translates in the browser, or a folder that is "
-        "a whole Gradio Space serving the model (web and space need --out; no PyTorch)",
+        help="ONNX graphs, a CTranslate2 model, a static folder that translates in the browser, a folder that is "
+        "a whole Gradio Space serving the model, or a transformers Marian folder for the Hub (web, space and "
+        "transformers need --out; no PyTorch, but transformers measures its one difference with it)",
     )
-    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web or --to space writes")
+    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web, space or transformers writes")
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
