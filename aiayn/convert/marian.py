@@ -15,6 +15,11 @@ target (``--tgt por``): the folder's config declares the token as its ``source_p
 before a sentence's subwords, exactly as ``MarianTokenizer`` encodes ``">>por<< " + sentence``, and the search
 never generates any language token, so none reaches a translation.
 
+A checkpoint that `aiayn export --to transformers` wrote has no .spm files: its ``tokenizer.json`` (and
+``target_tokenizer.json``) are read as they are, its decoder may start from ``<s>`` rather than ``<pad>``, and
+``config.json``'s ``aiayn_positions`` says that its weights were permuted from the interleaved layout
+(``marian_layout``), which the import undoes: the folder comes back as it was, but for LayerNorm's ε.
+
 What a folder cannot hold is refused in one line: another ``model_type``, separate source and target
 vocabularies, unequal encoder and decoder sizes, an activation we do not have, untied output weights. The weights
 are stored as float16 like every folder's, and the imported model is checked against the checkpoint's own

@@ -13,26 +13,8 @@ weights, and the logits x·Eᵀ are unchanged: the same function, exactly, in th
 
 from __future__ import annotations
 
+from aiayn.core import weight_spec as spec
 from aiayn.core.config import ModelConfig
-from aiayn.core.weight_spec import (
-    BIAS,
-    CROSS_ATTN,
-    EMBEDDING,
-    FEED_FORWARD,
-    LOGITS_BIAS,
-    SELF_ATTN,
-    W_1,
-    W_2,
-    W_K,
-    W_O,
-    W_Q,
-    W_V,
-    WEIGHT,
-    decoder_layer,
-    encoder_layer,
-    norm,
-    sublayer,
-)
 
 SHARED_EMBEDDING = "model.shared.weight"
 MARIAN_LOGITS_BIAS = "final_logits_bias"  # (1, vocab) in Marian's file, (vocab,) in ours
@@ -41,26 +23,26 @@ TIED_COPIES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.
 # A key of config.json that `aiayn export --to transformers` adds where the folder it came from had the interleaved
 # layout, so that `aiayn import` gives that folder back: transformers keeps keys it does not know, unread.
 ORIGINAL_POSITIONS = "aiayn_positions"
-PROJECTIONS = {W_Q: "q_proj", W_K: "k_proj", W_V: "v_proj", W_O: "out_proj"}
+PROJECTIONS = {spec.W_Q: "q_proj", spec.W_K: "k_proj", spec.W_V: "v_proj", spec.W_O: "out_proj"}
 
 
 def layer_modules(layer: str, stack: str, i: int) -> dict[str, str]:
     """Our module names in one layer → Marian's, for ``stack`` ``encoder``/``decoder``: each attention's four
     projections, the feed-forward's two Linears and each sub-layer's LayerNorm."""
     theirs = f"model.{stack}.layers.{i}"
-    attentions = {SELF_ATTN: f"{theirs}.self_attn"}
+    attentions = {spec.SELF_ATTN: f"{theirs}.self_attn"}
     if stack == "decoder":
-        attentions[CROSS_ATTN] = f"{theirs}.encoder_attn"
+        attentions[spec.CROSS_ATTN] = f"{theirs}.encoder_attn"
     modules = {
-        f"{sublayer(layer, ours)}.{w}": f"{name}.{projection}"
+        f"{spec.sublayer(layer, ours)}.{w}": f"{name}.{projection}"
         for ours, name in attentions.items()
         for w, projection in PROJECTIONS.items()
     }
-    modules[f"{sublayer(layer, FEED_FORWARD)}.{W_1}"] = f"{theirs}.fc1"
-    modules[f"{sublayer(layer, FEED_FORWARD)}.{W_2}"] = f"{theirs}.fc2"
+    modules[f"{spec.sublayer(layer, spec.FEED_FORWARD)}.{spec.W_1}"] = f"{theirs}.fc1"
+    modules[f"{spec.sublayer(layer, spec.FEED_FORWARD)}.{spec.W_2}"] = f"{theirs}.fc2"
     for ours, name in attentions.items():
-        modules[norm(sublayer(layer, ours))] = f"{name}_layer_norm"
-    modules[norm(sublayer(layer, FEED_FORWARD))] = f"{theirs}.final_layer_norm"
+        modules[spec.norm(spec.sublayer(layer, ours))] = f"{name}_layer_norm"
+    modules[spec.norm(spec.sublayer(layer, spec.FEED_FORWARD))] = f"{theirs}.final_layer_norm"
     return modules
 
 
@@ -68,12 +50,12 @@ def marian_names(config: ModelConfig) -> dict[str, str]:
     """Every tensor of a post-LN folder of ``config`` (``weight_spec.weight_shapes``) → its name in Marian's file."""
     if config.norm_first:
         raise ValueError("a pre-LN model has no Marian names: Marian's layers normalise after each residual")
-    names = {EMBEDDING: SHARED_EMBEDDING, **({LOGITS_BIAS: MARIAN_LOGITS_BIAS} if config.logits_bias else {})}
-    layers = [(encoder_layer(i), "encoder", i) for i in range(config.n_encoder_layers)]
-    layers += [(decoder_layer(i), "decoder", i) for i in range(config.n_decoder_layers)]
+    names = {spec.EMBEDDING: SHARED_EMBEDDING, **({spec.LOGITS_BIAS: MARIAN_LOGITS_BIAS} if config.logits_bias else {})}
+    layers = [(spec.encoder_layer(i), "encoder", i) for i in range(config.n_encoder_layers)]
+    layers += [(spec.decoder_layer(i), "decoder", i) for i in range(config.n_decoder_layers)]
     for layer, stack, i in layers:
         for ours, theirs in layer_modules(layer, stack, i).items():
-            for kind in (WEIGHT, BIAS):
+            for kind in (spec.WEIGHT, spec.BIAS):
                 names[f"{ours}.{kind}"] = f"{theirs}.{kind}"
     return names
 
@@ -96,13 +78,13 @@ def model_axis(name: str) -> int | None:
     of layout permutes; None for one that has no such axis (the query/key/value biases, the hidden layer's bias,
     the logits bias). Linears are stored (out, in)."""
     module, _, kind = name.rpartition(".")
-    if name == EMBEDDING:
+    if name == spec.EMBEDDING:
         return 1  # (vocab, d_model)
-    if module.endswith("residual.norm"):
+    if module.endswith(spec.norm("")):  # every LayerNorm: ..._residual.norm
         return 0
     last = module.rpartition(".")[2]
-    if last in (W_O, W_2):  # they write the residual stream
+    if last in (spec.W_O, spec.W_2):  # they write the residual stream
         return 0
-    if last in (W_Q, W_K, W_V, W_1) and kind == WEIGHT:  # they read it
+    if last in (spec.W_Q, spec.W_K, spec.W_V, spec.W_1) and kind == spec.WEIGHT:  # they read it
         return 1
     return None

@@ -101,15 +101,9 @@ def generated(model: Any, src: list[list[int]], beams: int, length_penalty: floa
 
     eos, pad = model.config.eos_token_id, model.config.pad_token_id
     ids, mask = padded(src, pad)
+    search = {"num_beams": beams, "length_penalty": length_penalty, "do_sample": False, "max_new_tokens": MAX_OUTPUT}
     with torch.no_grad():
-        rows = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            num_beams=beams,
-            length_penalty=length_penalty,
-            do_sample=False,
-            max_new_tokens=MAX_OUTPUT,
-        ).tolist()
+        rows = model.generate(input_ids=ids, attention_mask=mask, **search).tolist()
     return [row[1:][: row[1:].index(eos)] if eos in row[1:] else row[1:] for row in rows]
 
 
@@ -285,3 +279,19 @@ def test_optimums_onnx_export_translates_as_ours(
     ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
     theirs = generated(ORTModelForSeq2SeqLM.from_pretrained(str(out), export=True), src, beams=1)
     assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= SENTENCES - 1
+
+
+def test_a_multi_target_folder_puts_its_token_before_every_source(
+    marian_checkpoint: MakeCheckpoint, flickr: list[str], tmp_path: Path
+) -> None:
+    """tokenizer.json adds the folder's >>por<< itself (the card says not to type it); the import, told the same
+    target, gives the folder back."""
+    source, out, back = tmp_path / "en-por", tmp_path / "hf", tmp_path / "back"
+    checkpoint = marian_checkpoint("swish", True, ("pob", "por"))
+    assert main(["import", str(checkpoint), "--tgt", "por", "--out", str(source)]) == 0
+    assert main(["export", str(source), "--to", "transformers", "--out", str(out)]) == 0
+    folder = ModelFolder.open(source)
+    assert tokenized(out, flickr[:20]) == [folder.tokenizer.encode_source(text) for text in flickr[:20]]
+    assert "puts `>>por<<` before every source by itself" in (out / "README.md").read_text()
+    assert main(["import", str(out), "--tgt", "por", "--out", str(back)]) == 0
+    assert ModelFolder.open(back).config == folder.config
