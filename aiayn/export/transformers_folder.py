@@ -189,7 +189,7 @@ def best_bleu(folder: ModelFolder) -> str | None:
 def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> str:
     """README.md: the Hub's front matter, what the model knows, how to load it and how it differs from ours."""
     config, imported = folder.config, folder.section(IMPORTED_SECTION)
-    pair = f"{config.src_lang}-{config.tgt_lang}"
+    target = f" --tgt {config.tgt_lang}" if config.source_prefix else ""
     front = [
         "library_name: transformers",
         "pipeline_tag: translation",
@@ -251,8 +251,8 @@ def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> 
     lines += [
         "## From aiayn",
         "",
-        f"Written by aiayn's `aiayn export MODEL --to transformers`; `aiayn import {pair}-folder` gives the aiayn "
-        f"folder back. {difference}",
+        f"Written by aiayn's `aiayn export MODEL --to transformers`; `aiayn import DIR --out FOLDER{target}` "
+        f"gives the aiayn folder back. {difference}",
         "",
     ]
     return "---\n" + "\n".join(front) + "\n---\n\n" + "\n".join(lines)

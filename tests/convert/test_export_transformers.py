@@ -142,16 +142,20 @@ def test_generate_equals_aiayn_translate(
     exported: Callable[[str], tuple[ModelFolder, Path]], flickr: list[str], kind: str
 ) -> None:
     """Greedy: all 200 for the imported folder (the same function), at least 199 for a native one (LayerNorm's ε
-    differs), its largest log-prob difference printed. Beam 4 with the folder's length penalty applied as
-    generate applies it (|Y|^α): at least 95 %, the others named."""
+    differs), its largest log-prob difference printed; AutoTokenizer encodes and decodes as ours. Beam 4 with the
+    folder's length penalty applied as generate applies it (|Y|^α): at least 95 %, the others named."""
+    from transformers import AutoTokenizer
+
     folder, out = exported(kind)
-    src = tokenized(out, flickr)
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    src = [tokenizer(text)["input_ids"] for text in flickr]
     assert src == [folder.tokenizer.encode_source(text) for text in flickr]  # AutoTokenizer reads as ours
     translator = translator_for(folder, load_engine(folder, "torch", "cpu"))
     ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
     theirs = generated(marian(out), src, beams=1)
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
     worst = largest_log_prob_difference(folder, out, src, ours)
+    assert tokenizer.batch_decode(ours, skip_special_tokens=True) == folder.tokenizer.decode_batch(ours)
     distinct = len({tuple(ids) for ids in ours})
     print(f"{kind}: greedy {same}/{SENTENCES} identical to generate() ({distinct} distinct outputs); ", end="")
     print(f"max |Δ log-prob| {worst:.1e}")
