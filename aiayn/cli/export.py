@@ -53,16 +53,16 @@ def check_set(
 
 def cmd_export(args: argparse.Namespace) -> None:
     folder = ModelFolder.open(args.model)
-    folders = ("web", "space")  # what --out names
+    folders = ("web", "space", "transformers")  # what --out names
     if (args.to in folders) != (args.out is not None):
-        raise UserError("--out DIR goes with --to web or --to space, and they need it")
+        raise UserError("--out DIR goes with --to web, --to space or --to transformers, and they need it")
     if args.device is not None and args.to != "space":
         raise UserError("--device goes with --to space (the Space's hardware); graphs serve on any device")
     variants = [v for v in (args.variant or "").split(",") if v]
-    if args.to in folders and len(variants) > 1:
+    if args.to in ("web", "space") and len(variants) > 1:
         raise UserError(f"--to {args.to} serves one variant: --variant fp32, w8 or w4 (not {args.variant})")
-    if args.to == "ctranslate2" and variants:
-        raise UserError("--variant goes with --to onnx, web or space; a CTranslate2 model is fp32 here")
+    if args.to in ("ctranslate2", "transformers") and variants:
+        raise UserError(f"--variant goes with --to onnx, web or space; --to {args.to} writes the fp32 weights")
     if args.to == "web":
         from aiayn.export.web import export_web
 
@@ -73,6 +73,12 @@ def cmd_export(args: argparse.Namespace) -> None:
         from aiayn.export.space import export_space
 
         for line in export_space(folder, Path(args.out), args.device or "cpu", args.variant or "fp32"):
+            print(line)
+        return
+    if args.to == "transformers":
+        from aiayn.export.transformers_folder import export_transformers
+
+        for line in export_transformers(folder, Path(args.out)):
             print(line)
         return
 
@@ -97,12 +103,13 @@ def add_export(sub: Any) -> None:
     p.add_argument("model", help="bundled model name (en-de, de-en) or model folder")
     p.add_argument(
         "--to",
-        choices=("onnx", "ctranslate2", "web", "space"),
+        choices=("onnx", "ctranslate2", "web", "space", "transformers"),
         default="onnx",
-        help="ONNX graphs, a CTranslate2 model, a static folder that translates in the browser, or a folder that is "
-        "a whole Gradio Space serving the model (web and space need --out; no PyTorch)",
+        help="ONNX graphs, a CTranslate2 model, a static folder that translates in the browser, a folder that is "
+        "a whole Gradio Space serving the model, or a transformers Marian folder for the Hub (web, space and "
+        "transformers need --out; no PyTorch, but transformers measures its one difference with it)",
     )
-    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web or --to space writes")
+    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web, space or transformers writes")
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),

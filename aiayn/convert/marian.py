@@ -15,6 +15,11 @@ target (``--tgt por``): the folder's config declares the token as its ``source_p
 before a sentence's subwords, exactly as ``MarianTokenizer`` encodes ``">>por<< " + sentence``, and the search
 never generates any language token, so none reaches a translation.
 
+A checkpoint that `aiayn export --to transformers` wrote has no .spm files: its ``tokenizer.json`` (and
+``target_tokenizer.json``) are read as they are, its decoder may start from ``<s>`` rather than ``<pad>``, and
+``config.json``'s ``aiayn_positions`` says that its weights were permuted from the interleaved layout
+(``marian_layout``), which the import undoes: the folder comes back as it was, but for LayerNorm's ε.
+
 What a folder cannot hold is refused in one line: another ``model_type``, separate source and target
 vocabularies, unequal encoder and decoder sizes, an activation we do not have, untied output weights. The weights
 are stored as float16 like every folder's, and the imported model is checked against the checkpoint's own
@@ -33,27 +38,27 @@ from typing import Any
 
 import torch
 
+from aiayn.convert.marian_layout import (
+    MARIAN_LOGITS_BIAS,
+    ORIGINAL_POSITIONS,
+    SHARED_EMBEDDING,
+    TIED_COPIES,
+    halves_order,
+    inverse,
+    marian_names,
+    model_axis,
+)
 from aiayn.convert.sentencepiece import read_spm, tokenizer_from_sentencepiece
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import IMPORTED_SECTION, SEARCH_SECTION, ModelFolder
-from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, SubwordTokenizer
-from aiayn.core.weight_spec import (
-    CROSS_ATTN,
-    EMBEDDING,
-    FEED_FORWARD,
-    LOGITS_BIAS,
-    SELF_ATTN,
-    W_1,
-    W_2,
-    W_K,
-    W_O,
-    W_Q,
-    W_V,
-    decoder_layer,
-    encoder_layer,
-    norm,
-    sublayer,
+from aiayn.core.tokenizer import (
+    SPECIAL_TOKEN_TEXT,
+    TARGET_TOKENIZER_FILE,
+    TOKENIZER_FILE,
+    SubwordTokenizer,
+    read_tokenizer,
 )
+from aiayn.core.weight_spec import EMBEDDING, LOGITS_BIAS
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import STORAGE_DTYPE, load_state_strict, save_weights
 
@@ -66,6 +71,8 @@ CHECKPOINT_FILES = (
     "target.spm",
     "vocab.json",
     "tokenizer_config.json",
+    TOKENIZER_FILE,  # where the checkpoint has no .spm files (one that `aiayn export --to transformers` wrote)
+    TARGET_TOKENIZER_FILE,
     "README.md",  # the model card: its front matter states the licence
 )
 # transformers' names for Marian's activations → ours (config.ACTIVATIONS).
@@ -144,15 +151,42 @@ class Checkpoint:
 
     @classmethod
     def read(cls, path: Path) -> Checkpoint:
-        missing = [f for f in ("config.json", "source.spm", "target.spm", "vocab.json") if not (path / f).is_file()]
+        """A checkpoint with Marian's SentencePiece files, or one whose tokenizer is a ``tokenizer.json`` (as
+        `aiayn export --to transformers` writes), whose vocabulary is then that file's."""
+        spm = not (path / TOKENIZER_FILE).is_file() or (path / "source.spm").is_file()
+        needed = ("config.json", *(("source.spm", "target.spm", "vocab.json") if spm else ()))
+        missing = [f for f in needed if not (path / f).is_file()]
         if not any((path / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
             missing.append("model.safetensors or pytorch_model.bin")
         if missing:
             raise FileNotFoundError(f"{path} is not a Marian checkpoint: it lacks {', '.join(missing)}")
         config = read_json(path / "config.json")
         generation = read_json(path / "generation_config.json") or config
-        vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        if spm:
+            vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        else:
+            vocab = read_tokenizer(path / TOKENIZER_FILE).get_vocab(with_added_tokens=True)
         return cls(path, config, generation, read_json(path / "tokenizer_config.json"), vocab)
+
+    @property
+    def has_spm(self) -> bool:
+        return (self.path / "source.spm").is_file()
+
+    def tokenizer(self, source_prefix: tuple[int, ...]) -> SubwordTokenizer:
+        """The two SentencePiece models as tokenizer.json files, or the checkpoint's own tokenizer.json (and
+        target_tokenizer.json) without the post-processor that adds the prefix and </s> for transformers' users
+        (our steps add them, ``SubwordTokenizer.encode_source``)."""
+        if self.has_spm:
+            source_side = tokenizer_from_sentencepiece(self.path / "source.spm", self.vocab)
+            target_side = tokenizer_from_sentencepiece(self.path / "target.spm", self.vocab)
+            same = source_side.to_str() == target_side.to_str()
+            return SubwordTokenizer(source_side, None if same else target_side, source_prefix)
+        sides = [read_tokenizer(self.path / TOKENIZER_FILE)]
+        if (self.path / TARGET_TOKENIZER_FILE).is_file():
+            sides.append(read_tokenizer(self.path / TARGET_TOKENIZER_FILE))
+        for side in sides:
+            side.post_processor = None
+        return SubwordTokenizer(sides[0], sides[1] if len(sides) > 1 else None, source_prefix)
 
     def refuse_what_we_cannot_hold(self) -> None:
         c = self.config
@@ -211,7 +245,7 @@ class Checkpoint:
             raise UnsupportedCheckpoint(f"--tgt {tgt_lang} is not a target of this checkpoint; choose one of {offered}")
         # MarianTokenizer encodes ">>por<< " + text as >>por<< and the pieces of " " + text: the same pieces as
         # text's alone only where the spm drops leading white space, as OPUS-MT's all do.
-        if not read_spm(self.path / "source.spm").normalizer_spec.remove_extra_whitespaces:
+        if self.has_spm and not read_spm(self.path / "source.spm").normalizer_spec.remove_extra_whitespaces:
             raise UnsupportedCheckpoint(
                 "source.spm keeps leading white space, so the pieces after a >>xx<< token would differ from a "
                 "sentence's own; not supported"
@@ -238,12 +272,10 @@ class Checkpoint:
         pad, eos = int(c["pad_token_id"]), int(c["eos_token_id"])
         unk = vocab.get(SPECIAL_TOKEN_TEXT["unk"])
         if unk is None:
-            raise UnsupportedCheckpoint("vocab.json has no <unk> token")
+            raise UnsupportedCheckpoint("the vocabulary has no <unk> token")
         start = int(c.get("decoder_start_token_id", pad))
         bad_words = {int(ids[0]) for ids in self.generation.get("bad_words_ids") or []}
         languages = {vocab[token] for token in self.language_tokens().values()}
-        if start != pad:
-            raise UnsupportedCheckpoint(f"decoder_start_token_id {start} is not <pad> ({pad}), as Marian's always is")
         return ModelConfig(
             vocab_size=int(c["vocab_size"]),
             d_model=int(c["d_model"]),
@@ -261,7 +293,8 @@ class Checkpoint:
             tgt_lang=tgt_lang,
             special_tokens=SpecialTokens(pad=pad, unk=int(unk), bos=start, eos=eos),
             activation=ACTIVATIONS[c["activation_function"]],
-            positions="halves",
+            # halves, Marian's; or the interleaved layout of a folder of ours that `aiayn export` permuted
+            positions=str(c.get(ORIGINAL_POSITIONS, "halves")),
             scale_embedding=bool(c.get("scale_embedding", False)),
             logits_bias=logits_bias,
             never_generate=tuple(sorted(bad_words | languages)),
@@ -284,60 +317,28 @@ class Checkpoint:
         return torch.load(self.path / "pytorch_model.bin", map_location="cpu", weights_only=True)
 
 
-def hf_names(layer: str, stack: str, i: int) -> dict[str, str]:
-    """Our sub-layer module names in one layer → the checkpoint's, for ``stack`` ``encoder``/``decoder``."""
-    theirs = f"model.{stack}.layers.{i}"
-    names = {
-        sublayer(layer, SELF_ATTN): f"{theirs}.self_attn",
-        norm(sublayer(layer, SELF_ATTN)): f"{theirs}.self_attn_layer_norm",
-        f"{sublayer(layer, FEED_FORWARD)}.{W_1}": f"{theirs}.fc1",
-        f"{sublayer(layer, FEED_FORWARD)}.{W_2}": f"{theirs}.fc2",
-        norm(sublayer(layer, FEED_FORWARD)): f"{theirs}.final_layer_norm",
-    }
-    if stack == "decoder":
-        names[sublayer(layer, CROSS_ATTN)] = f"{theirs}.encoder_attn"
-        names[norm(sublayer(layer, CROSS_ATTN))] = f"{theirs}.encoder_attn_layer_norm"
-    return names
-
-
-def projection(ours: str) -> str:
-    return {W_Q: "q_proj", W_K: "k_proj", W_V: "v_proj", W_O: "out_proj"}[ours]
-
-
-def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors under our names (``aiayn.core.weight_spec``); every tensor of theirs is used or
-    known to be redundant (tied copies, the fixed sinusoid tables), else the import is refused."""
-    state: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-
-    def take(ours: str, name: str) -> None:
-        if name not in theirs:
-            raise UnsupportedCheckpoint(f"the checkpoint lacks {name}")
-        state[ours] = theirs[name]
-        used.add(name)
-
-    take(EMBEDDING, "model.shared.weight")
-    for tied in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
-        if tied in theirs:
-            if not torch.equal(theirs[tied], state[EMBEDDING]):
-                raise UnsupportedCheckpoint(f"{tied} differs from model.shared.weight: untied embeddings (§3.4)")
-            used.add(tied)
+def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor], order: list[int] | None) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors under our names (``marian_layout.marian_names``); every tensor of theirs is used
+    or known to be redundant (tied copies, the fixed sinusoid tables), else the import is refused. ``order``: the
+    permutation that takes the checkpoint's halves layout back to the interleaved one, where it came from ours."""
+    names = marian_names(config)
+    missing = [name for name in names.values() if name not in theirs]
+    if missing:
+        raise UnsupportedCheckpoint(f"the checkpoint lacks {', '.join(missing[:5])} ({len(missing)})")
+    state = {ours: theirs[name] for ours, name in names.items()}
     if config.logits_bias:
-        take(LOGITS_BIAS, "final_logits_bias")
         state[LOGITS_BIAS] = state[LOGITS_BIAS].reshape(-1)
-    used.add("final_logits_bias")  # all zeros where the config has no bias
-    layers = [(encoder_layer(i), "encoder", i) for i in range(config.n_encoder_layers)]
-    layers += [(decoder_layer(i), "decoder", i) for i in range(config.n_decoder_layers)]
-    for layer, stack, i in layers:
-        for ours, name in hf_names(layer, stack, i).items():
-            if name.endswith("attn"):
-                for w in (W_Q, W_K, W_V, W_O):
-                    for kind in ("weight", "bias"):
-                        take(f"{ours}.{w}.{kind}", f"{name}.{projection(w)}.{kind}")
-            else:
-                for kind in ("weight", "bias"):
-                    take(f"{ours}.{kind}", f"{name}.{kind}")
-    # Fixed sinusoid tables, which the positions recompute; transformers keeps them as buffers in some versions.
+    for tied in TIED_COPIES:
+        if tied in theirs and not torch.equal(theirs[tied], state[EMBEDDING]):
+            raise UnsupportedCheckpoint(f"{tied} differs from {SHARED_EMBEDDING}: untied embeddings (§3.4)")
+    if order is not None:
+        index = torch.tensor(order)
+        for ours, tensor in state.items():
+            if (axis := model_axis(ours)) is not None:
+                state[ours] = tensor.index_select(axis, index)
+    # All zeros where the config has no bias; fixed sinusoid tables, which the positions recompute (transformers
+    # keeps them as buffers in some versions).
+    used = {*names.values(), *TIED_COPIES, MARIAN_LOGITS_BIAS}
     used |= {name for name in theirs if name.endswith("embed_positions.weight")}
     unknown = sorted(set(theirs) - used)
     if unknown:
@@ -345,9 +346,11 @@ def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor]) -> dict[str,
     return state
 
 
-def check_against_checkpoint(model: Transformer, path: Path, tokenizer: SubwordTokenizer) -> float:
+def check_against_checkpoint(
+    model: Transformer, path: Path, tokenizer: SubwordTokenizer, tolerance: float = CHECK_TOLERANCE
+) -> float:
     """The largest |Δ log-probability| between our model and the checkpoint's ``MarianMTModel`` (its weights
-    rounded as ours are) over teacher-forced sentences; refuses the import above ``CHECK_TOLERANCE``."""
+    rounded as ours are) over teacher-forced sentences; refuses the import (or export) above ``tolerance``."""
     from transformers import MarianMTModel
 
     reference = MarianMTModel.from_pretrained(str(path)).eval()
@@ -361,10 +364,10 @@ def check_against_checkpoint(model: Transformer, path: Path, tokenizer: SubwordT
         theirs = reference(input_ids=src, decoder_input_ids=tgt).logits.log_softmax(-1)
         ours = model(src, tgt).log_softmax(-1)
     diff = float((theirs - ours).abs().max())
-    if not diff <= CHECK_TOLERANCE:
+    if not diff <= tolerance:
         raise ValueError(
-            f"the imported model differs from the checkpoint's MarianMTModel by {diff:.2e} in log-probability "
-            f"(tolerance {CHECK_TOLERANCE:.0e}); the checkpoint has something this import does not express"
+            f"the aiayn model differs from the checkpoint's MarianMTModel by {diff:.2e} in log-probability "
+            f"(tolerance {tolerance:.0e}); the checkpoint has something this conversion does not express"
         )
     return diff
 
@@ -381,16 +384,14 @@ def import_marian(
     theirs = checkpoint.state_dict()
     bias = theirs.get("final_logits_bias")
     config = checkpoint.model_config(src_lang, tgt_lang, bias is not None and bool(bias.any()), target_token)
-    source_side = tokenizer_from_sentencepiece(checkpoint.path / "source.spm", checkpoint.vocab)
-    target_side = tokenizer_from_sentencepiece(checkpoint.path / "target.spm", checkpoint.vocab)
-    same = source_side.to_str() == target_side.to_str()
-    tokenizer = SubwordTokenizer(source_side, None if same else target_side, config.source_prefix)
+    tokenizer = checkpoint.tokenizer(config.source_prefix)
     if tokenizer.vocab_size != config.vocab_size:
         raise UnsupportedCheckpoint(
-            f"vocab.json holds {tokenizer.vocab_size} tokens where config.json says {config.vocab_size}"
+            f"its vocabulary holds {tokenizer.vocab_size} tokens where config.json says {config.vocab_size}"
         )
     model = Transformer(config)
-    load_state_strict(model, our_state(config, theirs), str(checkpoint.path))
+    order = inverse(halves_order(config.d_model)) if config.positions == "interleaved" else None
+    load_state_strict(model, our_state(config, theirs, order), str(checkpoint.path))
     model.eval()
     diff = check_against_checkpoint(model, checkpoint.path, tokenizer)
 

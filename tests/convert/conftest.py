@@ -111,16 +111,20 @@ def held_out() -> list[str]:
 
 @pytest.fixture(scope="session")
 def marian_checkpoint(tmp_path_factory: pytest.TempPathFactory, spm_pair: tuple[Path, Path]) -> MakeCheckpoint:
-    """``marian_checkpoint(activation="swish", eos_first=True, targets=())``: a checkpoint folder as transformers
-    writes one.
+    """``marian_checkpoint(activation="swish", eos_first=True, targets=(), zero_pad=False)``: a checkpoint folder as
+    transformers writes one.
 
     ``eos_first``: OPUS-MT's layout, ``</s>`` 0, ``<unk>`` 1, the pieces, ``<pad>`` last; otherwise the pieces
     come first and ``</s>``, ``<unk>``, ``<pad>`` are the last three ids (eos ≠ 0). ``targets``: the language
-    codes of a multi-target checkpoint (``("pob", "por")``), whose tokens (``>>por<<``) follow ``<unk>``."""
-    made: dict[tuple[str, bool, tuple[str, ...]], Path] = {}
+    codes of a multi-target checkpoint (``("pob", "por")``), whose tokens (``>>por<<``) follow ``<unk>``.
+    ``zero_pad``: ``<pad>``'s embedding is zeros, as in the OPUS-MT checkpoints converted from Marian (whose
+    decoder starts from a zero embedding), which CTranslate2's converter of Marian models assumes."""
+    made: dict[tuple[str, bool, tuple[str, ...], bool], Path] = {}
 
-    def make(activation: str = "swish", eos_first: bool = True, targets: Sequence[str] = ()) -> Path:
-        key = (activation, eos_first, tuple(targets))
+    def make(
+        activation: str = "swish", eos_first: bool = True, targets: Sequence[str] = (), zero_pad: bool = False
+    ) -> Path:
+        key = (activation, eos_first, tuple(targets), zero_pad)
         if key in made:
             return made[key]
         import torch
@@ -129,6 +133,7 @@ def marian_checkpoint(tmp_path_factory: pytest.TempPathFactory, spm_pair: tuple[
         source_spm, target_spm = spm_pair
         vocab = marian_vocab(spm_pair, eos_first, targets)
         name = f"marian-{activation}-{'eos0' if eos_first else 'eosN'}{''.join(f'-{code}' for code in targets)}"
+        name += "-zero-pad" if zero_pad else ""
         folder = tmp_path_factory.mktemp(name)
         pad, eos = vocab["<pad>"], vocab["</s>"]
         config = MarianConfig(
@@ -156,6 +161,8 @@ def marian_checkpoint(tmp_path_factory: pytest.TempPathFactory, spm_pair: tuple[
             for param in model.parameters():
                 param.copy_(param.half().float())
             model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias).mul(0.5).half().float())
+            if zero_pad:
+                model.model.shared.weight[pad] = 0.0
         model.generation_config.bad_words_ids = [[pad]]
         model.generation_config.num_beams = 4
         model.generation_config.max_length = 512

@@ -1,0 +1,325 @@
+"""A model folder as a transformers Marian folder (`aiayn export MODEL --to transformers --out DIR`).
+
+The paper's Transformer is what transformers calls Marian (post-LN, sinusoidal positions, scaled embeddings tied
+three ways, a bias on the logits), so a folder of ours becomes one that ``MarianMTModel.from_pretrained``,
+``AutoTokenizer``, ``pipeline("translation")`` (transformers 4; 5 removed the task) and Optimum load with no code
+of ours: Marian's ``config.json`` and ``generation_config.json`` (the folder's beam and length penalty),
+``model.safetensors`` under Marian's names (``aiayn.convert.marian_layout``, the table `aiayn import` reads by),
+``tokenizer.json`` with a post-processor that adds ``</s>`` (and a multi-target folder's ``>>por<<``) as
+``MarianTokenizer`` does, a ``tokenizer_config.json`` for ``AutoTokenizer`` and a model card.
+``ct2-transformers-converter`` converts it where the folder follows Marian's own conventions
+(``ctranslate2_converter_fits``), an imported OPUS-MT folder's; the card says so where it does not.
+
+Two differences remain between a native folder and Marian. Our sinusoids interleave sin and cos, Marian's come
+in halves: the weights are permuted along the model dimension, which is the same function exactly. Our
+LayerNorm's ε is 1e-6, Marian's 1e-5 and fixed: that one changes the numbers a little, and the export states by
+how much (``measured_difference``). What Marian cannot express, a pre-LN folder above all, is refused in one line.
+Writing the folder needs no PyTorch; measuring the ε's effect does, and is skipped, said so, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load_file, save
+from tokenizers import Tokenizer, processors
+
+from aiayn.convert.marian_layout import (
+    MARIAN_LOGITS_BIAS,
+    ORIGINAL_POSITIONS,
+    SHARED_EMBEDDING,
+    halves_order,
+    marian_names,
+    model_axis,
+)
+from aiayn.core.config import ModelConfig
+from aiayn.core.folder import IMPORTED_SECTION, ModelFolder
+from aiayn.core.normalizer import is_tidy, tidied
+from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
+
+MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which Marian's layers use and its config cannot change
+# transformers' names for our activations (config.ACTIVATIONS); "gelu" is the erf one in both.
+ACTIVATION_FUNCTIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}
+# The largest |Δ log-prob| the ε's difference may make before the export is refused: above it, something other
+# than the ε differs.
+EPSILON_TOLERANCE = 1e-2
+HUB_NAME = "USER/aiayn-{src}-{tgt}"
+
+
+class NotMarian(ValueError):
+    """A folder that Marian cannot express: the message says what and why."""
+
+
+def refuse_what_marian_cannot_hold(config: ModelConfig) -> None:
+    if config.norm_first:
+        raise NotMarian(
+            "this folder is pre-LN (norm_first: true in config.json), which Marian cannot express: its layers "
+            "normalise after each residual and it has no final norms; train a post-LN folder with "
+            "`aiayn train --set norm_first=false` to export it to transformers"
+        )
+
+
+def marian_config(config: ModelConfig) -> dict[str, Any]:
+    """config.json: Marian's architecture keys, with our sizes, activation, token ids and dropout."""
+    tokens = config.special_tokens
+    marian = {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": config.vocab_size,
+        "decoder_vocab_size": config.vocab_size,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "d_model": config.d_model,
+        "encoder_layers": config.n_encoder_layers,
+        "decoder_layers": config.n_decoder_layers,
+        "encoder_attention_heads": config.n_heads,
+        "decoder_attention_heads": config.n_heads,
+        "encoder_ffn_dim": config.d_ff,
+        "decoder_ffn_dim": config.d_ff,
+        "activation_function": ACTIVATION_FUNCTIONS[config.activation],
+        "dropout": config.dropout,
+        "attention_dropout": config.attention_dropout,
+        "activation_dropout": config.activation_dropout,
+        "scale_embedding": config.scale_embedding,
+        "max_position_embeddings": config.max_len,
+        "pad_token_id": tokens.pad,
+        "eos_token_id": tokens.eos,
+        "bos_token_id": tokens.bos,
+        "decoder_start_token_id": tokens.bos,
+        "forced_eos_token_id": None,  # MarianConfig's default forces id 0 at the length limit; our search does not
+        "is_encoder_decoder": True,
+        # The weights are stored as float16 (as in the folder), computed in float32 as every engine of ours does.
+        "dtype": "float32",
+    }
+    if config.positions == "interleaved":
+        marian[ORIGINAL_POSITIONS] = "interleaved"
+    return marian
+
+
+def generation_config(folder: ModelFolder) -> dict[str, Any]:
+    """generation_config.json: the folder's search defaults as ``generate`` takes them."""
+    config, search = folder.config, folder.search_defaults()
+    tokens = config.special_tokens
+    generation: dict[str, Any] = {
+        "decoder_start_token_id": tokens.bos,
+        "bos_token_id": tokens.bos,
+        "eos_token_id": tokens.eos,
+        "pad_token_id": tokens.pad,
+        "forced_eos_token_id": None,
+        "max_length": config.max_len,
+        "num_beams": int(search.get("beam_size", 4)),
+        "length_penalty": float(search.get("length_penalty", 0.6)),
+    }
+    if config.never_generate:
+        generation["bad_words_ids"] = [[i] for i in config.never_generate]
+    return generation
+
+
+def marian_weights(folder: ModelFolder) -> dict[str, np.ndarray]:
+    """model.safetensors under Marian's names, permuted into the halves layout where ours interleave; float16 as
+    stored, so nothing is rounded."""
+    config = folder.config
+    folder.check_weights()
+    ours = load_file(str(folder.weights_file))
+    order = halves_order(config.d_model) if config.positions == "interleaved" else None
+    theirs: dict[str, np.ndarray] = {}
+    for name, marian in marian_names(config).items():
+        tensor, axis = ours[name], model_axis(name)
+        if order is not None and axis is not None:
+            tensor = np.take(tensor, order, axis=axis)
+        theirs[marian] = np.ascontiguousarray(tensor)
+    if MARIAN_LOGITS_BIAS in theirs:  # a buffer of every MarianMTModel, which starts as zeros where none is stored
+        theirs[MARIAN_LOGITS_BIAS] = theirs[MARIAN_LOGITS_BIAS].reshape(1, -1)
+    return theirs
+
+
+def ctranslate2_converter_fits(config: ModelConfig, weights: dict[str, np.ndarray]) -> bool:
+    """Whether ``ct2-transformers-converter`` makes this model: its Marian loader drops the last id as the
+    ``<pad>`` that transformers appended, and starts the decoder from a zero embedding, as Marian's own models do
+    (the appended ``<pad>``'s row is zeros). A folder trained by aiayn starts from ``<s>``, a learned row."""
+    tokens = config.special_tokens
+    start_row = weights[SHARED_EMBEDDING][tokens.bos]
+    return tokens.bos == tokens.pad == config.vocab_size - 1 and not start_row.any()
+
+
+def with_source_template(raw: Tokenizer, config: ModelConfig) -> Tokenizer:
+    """A copy of the source side's tokenizer that adds what our steps add to every source (the source prefix
+    before, ``</s>`` after), where transformers' users ask for special tokens; tidying its text itself."""
+    tokenizer = Tokenizer.from_str(raw.to_str()) if is_tidy(raw) else tidied(raw, SPECIAL_TOKEN_TEXT.values())
+    vocabulary = {i: tokenizer.id_to_token(i) for i in (*config.source_prefix, config.special_tokens.eos)}
+    prefix = " ".join(f"{vocabulary[i]}:0" for i in config.source_prefix)
+    eos = vocabulary[config.special_tokens.eos]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{prefix} $A:0 {eos}:0".strip(),
+        pair=f"{prefix} $A:0 {eos}:0 $B:1 {eos}:1".strip(),
+        special_tokens=[(token, i) for i, token in vocabulary.items()],
+    )
+    return tokenizer
+
+
+def tokenizer_config(folder: ModelFolder) -> dict[str, Any]:
+    """tokenizer_config.json: the fast tokenizer of tokenizer.json, its special tokens and the pair."""
+    config, tokenizer = folder.config, folder.tokenizer
+    tokens = config.special_tokens
+    settings: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": config.max_len,
+        "pad_token": tokenizer.id_to_token(tokens.pad),
+        "eos_token": tokenizer.id_to_token(tokens.eos),
+        "unk_token": tokenizer.id_to_token(tokens.unk),
+        "clean_up_tokenization_spaces": False,
+        "source_lang": config.src_lang,
+        "target_lang": config.tgt_lang,
+    }
+    if tokens.bos != tokens.pad:
+        settings["bos_token"] = tokenizer.id_to_token(tokens.bos)
+    return settings
+
+
+def best_bleu(folder: ModelFolder) -> str | None:
+    bleu = folder.training_record().get("best_val_bleu")
+    return None if bleu is None else f"{float(bleu):.2f}"
+
+
+def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> str:
+    """README.md: the Hub's front matter, what the model knows, how to load it and how it differs from ours."""
+    config, imported = folder.config, folder.section(IMPORTED_SECTION)
+    target = f" --tgt {config.tgt_lang}" if config.source_prefix else ""
+    front = [
+        "library_name: transformers",
+        "pipeline_tag: translation",
+        f"language:\n  - {config.src_lang}\n  - {config.tgt_lang}",
+        "tags:\n  - marian\n  - aiayn",
+        *([f"license: {imported['license']}"] if imported.get("license") else []),
+        *([f"base_model: {imported['from']}"] if imported.get("hub") else []),
+    ]
+    bleu = best_bleu(folder)
+    name = HUB_NAME.format(src=config.src_lang, tgt=config.tgt_lang)
+    lines = [
+        f"# {config.src_lang} → {config.tgt_lang}",
+        "",
+        f"A Transformer (*Attention Is All You Need*) {folder.provenance()}"
+        + (f"; its best validation BLEU while training was {bleu} (greedy)." if bleu else "."),
+        f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
+        f"{config.n_heads} heads, d_ff {config.d_ff}, a vocabulary of {config.vocab_size} shared by both sides.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+        "",
+        f'name = "{name}"',
+        "tokenizer, model = AutoTokenizer.from_pretrained(name), AutoModelForSeq2SeqLM.from_pretrained(name)",
+        'batch = tokenizer(["A sentence."], return_tensors="pt", padding=True)',
+        "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
+        "```",
+        "",
+        f'With transformers 4, `pipeline("translation", model="{name}")` translates as well (transformers 5 '
+        "removed that task). The tokenizer is `tokenizer.json`, which needs no SentencePiece; "
+        f"`generation_config.json` holds the beam size ({generation_config(folder)['num_beams']}) and length "
+        "penalty the model was tuned with.",
+        "",
+    ]
+    if config.source_prefix:
+        prefix = " ".join(folder.tokenizer.id_to_token(i) for i in config.source_prefix)
+        lines += [
+            f"It translates into {config.tgt_lang} only: its vocabulary holds the tokens of several target "
+            f"languages, and tokenizer.json puts `{prefix}` before every source by itself, where OPUS-MT's "
+            f"tokenizer expects the text to start with it. Do not add it to the text as well.",
+            "",
+        ]
+    if (folder.path / TARGET_TOKENIZER_FILE).is_file():
+        lines += [
+            f"The target side has its own tokenizer, `{TARGET_TOKENIZER_FILE}` (load it with "
+            "`PreTrainedTokenizerFast(tokenizer_file=...)` to encode labels for fine-tuning); translating needs "
+            "only `tokenizer.json`.",
+            "",
+        ]
+    if not ctranslate2_fits:
+        lines += [
+            "CTranslate2's `ct2-transformers-converter` does not convert this model as it is: it takes the last id "
+            "for a `<pad>` to drop and starts the decoder from a zero embedding, as Marian's own models do, where "
+            "this one starts from a learned `<s>`. aiayn's `aiayn export MODEL --to ctranslate2` writes its "
+            "CTranslate2 model.",
+            "",
+        ]
+    lines += [
+        "## From aiayn",
+        "",
+        f"Written by aiayn's `aiayn export MODEL --to transformers`; `aiayn import DIR --out FOLDER{target}` "
+        f"gives the aiayn folder back. {difference}",
+        "",
+    ]
+    return "---\n" + "\n".join(front) + "\n---\n\n" + "\n".join(lines)
+
+
+def epsilon_note(config: ModelConfig, measured: float | None) -> str:
+    if config.layer_norm_eps == MARIAN_LAYER_NORM_EPS:
+        return "It is the same function as the aiayn folder: Marian's LayerNorm ε (1e-5) is the folder's."
+    what = f"LayerNorm's ε is Marian's 1e-5 where the aiayn folder's is {config.layer_norm_eps:g}"
+    if measured is None:
+        return f"{what} (the difference this makes was not measured: PyTorch or transformers is not installed)."
+    return f"{what}: it changes the log-probabilities by at most {measured:.1e} on the export's check sentences."
+
+
+def measured_difference(folder: ModelFolder, out: Path) -> float | None:
+    """The largest |Δ log-prob| between the folder's model and the written MarianMTModel, teacher-forced (the
+    check of `aiayn import`, ``check_against_checkpoint``); None where PyTorch or transformers is missing."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return None
+    from aiayn.convert.marian import check_against_checkpoint
+    from aiayn.model.weights import load_model
+
+    return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE)
+
+
+def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
+    """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all);
+    the report lines say what it holds, how it was checked, how to load and publish it."""
+    config = folder.config
+    refuse_what_marian_cannot_hold(config)
+    folder.require([folder.weights_file, folder.tokenizer_file], "export a trained or imported folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"--out {out} exists and is not an empty folder; choose a new one")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
+        staging = Path(tmp) / out.name
+        staging.mkdir()
+
+        def write_json(name: str, data: dict[str, Any]) -> None:
+            (staging / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+        write_json("config.json", marian_config(config))
+        write_json("generation_config.json", generation_config(folder))
+        weights = marian_weights(folder)
+        (staging / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
+        with_source_template(folder.tokenizer.tokenizer, config).save(str(staging / TOKENIZER_FILE))
+        write_json("tokenizer_config.json", tokenizer_config(folder))
+        if folder.target_tokenizer_file.is_file():
+            shutil.copyfile(folder.target_tokenizer_file, staging / TARGET_TOKENIZER_FILE)
+        measured = measured_difference(folder, staging)
+        difference = epsilon_note(config, measured)
+        fits = ctranslate2_converter_fits(config, weights)
+        (staging / "README.md").write_text(model_card(folder, difference, fits), encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        shutil.move(str(staging), out)
+    size = (out / "model.safetensors").stat().st_size
+    name = HUB_NAME.format(src=config.src_lang, tgt=config.tgt_lang)
+    return [
+        f"wrote {out}: a transformers Marian model, {config.src_lang}→{config.tgt_lang}, model.safetensors "
+        f"{size / 1e6:.1f} MB ({folder.provenance()})",
+        difference,
+        f'load it: MarianMTModel.from_pretrained("{out}") and AutoTokenizer.from_pretrained("{out}")',
+        *([] if fits else ["ct2-transformers-converter does not fit it (see its README.md): use --to ctranslate2"]),
+        f"publish it: hf repos create {name}",
+        f"            hf upload {name} {out} .",
+    ]
