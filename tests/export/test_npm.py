@@ -85,7 +85,7 @@ def test_the_tarball_comes_from_the_configured_mirror_and_must_match_its_pin(
     on_mirror = site / "npm" / package.name / "-" / package.tarball_name
     on_mirror.parent.mkdir(parents=True)
     on_mirror.write_bytes(data)
-    with served_folder(site) as url:
+    with served_folder(site, isolated=False) as url:  # a plain mirror of npm files, no page
         monkeypatch.setenv("npm_config_registry", f"{url}npm/")  # as `npm config set registry` users have it
         (tmp_path / "out").mkdir()
         written = copy_files(package, tmp_path / "out", tmp_path / "cache")

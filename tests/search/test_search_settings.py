@@ -47,7 +47,7 @@ def test_settings_at_their_limits_hold_and_past_them_say_which() -> None:
 
 
 def test_a_sentences_confidence_is_its_log_probability_per_scored_token() -> None:
-    pieces = [Output([5, 6], -3.0, True), Output([7], -1.0, False)]  # 3 + 1 scored tokens
+    pieces = [Output([5, 6], -3.0, True, [-1.0, -1.5]), Output([7], -1.0, False, [-1.0])]  # 3 + 1 scored tokens
     assert mean_log_prob(pieces) == -1.0 and mean_log_prob([]) == 0.0
 
 
