@@ -21,7 +21,7 @@ Gather on the device (``io.BoundIO.take``). A sentence's beams share its cross k
 
 It runs wherever ONNX Runtime has kernels for the device's ops: the CUDA graphs also run on the CPU provider
 (DecoderMaskedMultiHeadAttention and MultiHeadAttention have fp32 CPU kernels), which is how they are proven
-without a GPU (``tests/engines/test_resident_engine.py``).
+without a GPU (``tests/engines/test_cuda_graphs.py``).
 """
 
 from __future__ import annotations

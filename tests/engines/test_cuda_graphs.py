@@ -1,7 +1,7 @@
 """The GPU's serving engine without a GPU: the CUDA serving graphs (DecoderMaskedMultiHeadAttention on a shared
 cache, fp32 and fp16) and the engine that keeps its state in the device's memory, on the CPU provider.
 
-Step by step, on imported checkpoints' choices and in fp16 against fp32: ``test_fused_engine.py`` (parametrized over
+Step by step, on imported checkpoints' choices and in fp16 against fp32: ``test_serving_engine.py`` (parametrized over
 both serving engines). Here: whole test sets through the one search, and which engine a device gets.
 """
 
