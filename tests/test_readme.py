@@ -3,6 +3,7 @@ data where they can; the tour of the code (docs/code.md) names every module."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -92,8 +93,8 @@ def test_the_bundled_journey_translates_as_its_comment_says(
 def test_the_training_journey_runs_on_tiny_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The README's own commands of "Train on your own pair" on invented files, the run cut to a few steps;
-    then the folder is published as a Space, as the import journey does."""
+    """The README's own commands of "Train on your own pair" on invented files, each run cut to a few steps: the
+    folder trained, scored, translating, published as a Space, and a post-LN one exported to transformers."""
     import random
 
     monkeypatch.chdir(tmp_path)
@@ -109,9 +110,9 @@ def test_the_training_journey_runs_on_tiny_data(
             continue  # a page that blocks; a run that already ended; a parent that needs the Hub
         assert main(argv + TINY if argv[0] == "train" else argv) == 0, argv
         ran.append(argv[0])
-    assert ran == ["train", "eval", "translate"]
-    assert main(["export", "runs/en-es", "--to", "space", "--out", "space-en-es"]) == 0
+    assert ran == ["train", "eval", "translate", "export", "train", "export"]
     assert "trained on train.en + train.es (60 pairs)" in Path("space-en-es/README.md").read_text()
+    assert json.loads(Path("hf-en-es/config.json").read_text())["model_type"] == "marian"
     capsys.readouterr()
 
 
