@@ -118,9 +118,12 @@ def add_beam_flag(p: argparse.ArgumentParser) -> None:
 def add_engine_flags(p: argparse.ArgumentParser) -> None:
     add_device_flag(p, "the engine")
     p.add_argument(
-        "--threads",
+        "--cores",
+        "--threads",  # its earlier name, which said less than it sets
+        dest="cores",
         type=positive_int,
         default=None,
+        metavar="N",
         help="cores to use (default: the machine's, ≤ 4): on a CPU, one lane of one ONNX Runtime thread per core",
     )
 

@@ -67,7 +67,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         from aiayn.bench.long_sentences import long_report, measure
         from aiayn.serve.service import TranslationService
 
-        model = TranslationService(cores=args.threads, variant=args.variant).model(args.model)
+        model = TranslationService(cores=args.cores, variant=args.variant).model(args.model)
         corpus, train = load_split_for(folder, "val", args.data), load_split_for(folder, "train", args.data)
         figures = measure(model, corpus, train, args.beam)
         print(long_report(figures, f"{folder.config.src_lang}-{folder.config.tgt_lang}", "val", args.beam))
@@ -146,7 +146,9 @@ def add_bench(sub: Any) -> None:
         "downloads and ms per caption at the base size with opus-mt-en-de's vocabulary (--quick: fewer)",
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="with --long: cores to use")
+    p.add_argument(
+        "--cores", "--threads", dest="cores", type=int, default=None, metavar="N", help="with --long: cores to use"
+    )
     add_variant_flag(p, "with --long: ")  # the base-size rows measure fp32, w8 and w4 side by side
     p.add_argument(
         "--quick",

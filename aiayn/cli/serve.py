@@ -91,7 +91,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     warning = untested_line(tuple(name for name in TESTED if name not in PAGE_ONLY))
     if warning:
         print(warning, file=sys.stderr)
-    service = TranslationService(args.engine, args.device, args.threads, clauses, args.variant)
+    service = TranslationService(args.engine, args.device, args.cores, clauses, args.variant)
     model = service.model(args.model)
     engine = f"engine {model.engine.name}, execution provider: {model.provider}, {args.variant} weights"
     print(f"model {model.folder.path}, {engine}", file=sys.stderr)
@@ -158,7 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         args.port,
         args.share,
         args.device,
-        args.threads,
+        args.cores,
         split_clauses=not args.no_clauses,
         variant=args.variant,
     )

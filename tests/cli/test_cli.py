@@ -101,7 +101,7 @@ def test_bad_arguments_exit_2_with_one_line(
     assert err.startswith("aiayn translate: error: ") and message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("flags", [["--beam", "9"], ["--device", "gpu"], ["--threads", "0"], ["--engine", "tf"]])
+@pytest.mark.parametrize("flags", [["--beam", "9"], ["--device", "gpu"], ["--cores", "0"], ["--engine", "tf"]])
 def test_bad_flags_are_refused_by_the_parser(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", *flags, "a dog"])

@@ -81,3 +81,11 @@ def doubled_defaults(parser: argparse.ArgumentParser) -> list[str]:
 @pytest.mark.parametrize("command", ["prepare", "train", "eval", "export", "translate", "serve", "bench"])
 def test_help_shows_each_default_once(command: str) -> None:
     assert doubled_defaults(subcommand(command)) == []
+
+
+@pytest.mark.parametrize("command", ["translate", "serve"])
+def test_cores_is_the_flag_and_threads_its_earlier_name(command: str) -> None:
+    """``--cores N`` sets the lanes the engine runs (one ONNX Runtime thread each); ``--threads`` still means it."""
+    parser = build_parser()
+    assert parser.parse_args([command, "--cores", "3"]).cores == 3
+    assert parser.parse_args([command, "--threads", "2"]).cores == 2
