@@ -115,7 +115,9 @@ class DeviceBuffers:
             contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
         )
         decoder_spec = serving_spec.serving_decoder_spec(config, ops)
-        positions = (serving_spec.SEQLENS_K, serving_spec.TOTAL_LEN, serving_spec.PAST_LEN)
+        # DecoderMaskedMultiHeadAttention's positions: every row at the one cached length (its graphs have no GQA's
+        # total length)
+        positions = (serving_spec.SEQLENS_K, serving_spec.PAST_LEN)
         self.position_specs = [t for t in decoder_spec.inputs if t.name in positions]
         self.input_names = {t.name for t in decoder_spec.inputs}
         self.key_chunk = key_layout.key_chunk(self.device, self.dtype, config.d_head)
@@ -198,7 +200,6 @@ class DeviceBuffers:
 
     def write_step_inputs(self, batch: DeviceBatch) -> None:
         """The step's tokens, positions and indirection table, written into the bound values by ONNX Runtime."""
-        position = {serving_spec.TOTAL_LEN: batch.past_len + 1}
         for name, value in batch.step_inputs.items():
             if name == contract.TGT_IDS:
                 value.update_inplace(batch.ids)
@@ -206,7 +207,7 @@ class DeviceBuffers:
                 if batch.group > 1:  # with one row per sentence the table stays as bound (zeros: its own row)
                     value.update_inplace(batch.indirection)
             else:
-                value.update_inplace(np.full(value.shape(), position.get(name, batch.past_len), np.int32))
+                value.update_inplace(np.full(value.shape(), batch.past_len, np.int32))
 
     def grow(self, batch: DeviceBatch) -> None:
         """Double the cache capacity (a search whose limit exceeds source length + 50) by way of the host: rare."""
