@@ -18,6 +18,7 @@ from aiayn.data.multi30k import find_data_dir, load_parallel
 from aiayn.engines import BLOCK_VARIANTS, ONNX
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.kernel_rows import instruction_set
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings, Translator
 
 SPLIT = "test_2016_flickr"
@@ -36,7 +37,7 @@ def main() -> None:
         folder = ModelFolder.open(path)
         corpus = load_parallel(SPLIT, folder.config.src_lang, folder.config.tgt_lang, data)
         for variant in BLOCK_VARIANTS:
-            engine = load_engine(folder, ONNX, "cpu", variant, cores=1)
+            engine = load_engine(folder, EngineOptions(ONNX, "cpu", variant, lanes=1))
             src_ids = [translator_for(folder, engine).source_ids(s) for s in corpus.src[: args.sentences]]
             alone = Translator(engine, folder.tokenizer, folder.config.max_len, max_sentences=1)
             together = Translator(engine, folder.tokenizer, folder.config.max_len, max_sentences=32)

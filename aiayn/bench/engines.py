@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine
+from aiayn.engines.options import EngineOptions
 from aiayn.search.step import StepModel
 from aiayn.search.translator import SearchSettings, Translator
 
@@ -59,10 +60,12 @@ class Setup:
     lanes: int = 1
     threads: int = 1
     device: str = "cpu"
+    checkout: str = ""  # another checkout of this repository whose aiayn the worker runs (``with_baseline``)
 
     @property
     def label(self) -> str:
-        return f"{self.engine} {self.lanes}×{self.threads}" + (" cuda" if self.device == "cuda" else "")
+        where = " cuda" if self.device == "cuda" else ""
+        return f"{self.engine} {self.lanes}×{self.threads}{where}" + (" (baseline)" if self.checkout else "")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,20 @@ TWO_CORES = Framing(
     ),
 )
 FRAMINGS = (ONE_THREAD, TWO_CORES)
+
+
+def with_baseline(framing: Framing, checkout: Path) -> Framing:
+    """``framing`` with each of our setups held against a peer measured a second time from ``checkout`` (another
+    checkout of this repository: `aiayn bench --baseline DIR`), in the same rounds: its twin against the same
+    peers, and ours against the twin, so that a change's effect reads off one run."""
+    ours = {s.label: s for s in framing.setups if s.engine.startswith(f"{ONNX} ")}
+    twins: dict[str, Setup] = {}
+    comparisons = list(framing.comparisons)
+    for label, peers in framing.comparisons:
+        if label in ours and not any(peer in ours for peer in peers):  # against another runtime, not our variants
+            twin = twins.setdefault(label, replace(ours[label], checkout=str(checkout)))
+            comparisons += [(twin.label, peers), (label, (twin.label,))]
+    return Framing(framing.name, framing.setups + tuple(twins.values()), tuple(dict.fromkeys(comparisons)))
 CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
 
 
@@ -199,5 +216,6 @@ def make_engine(setup: Setup, folder: ModelFolder) -> BenchEngine:
 
         return step_translate(NoCacheEngine(load_model(folder)), folder, 1)
     engine, _, variant = name.partition(" ")
-    loaded = load_engine(folder, engine, setup.device, variant or "fp32", cores=setup.lanes)
+    options = EngineOptions(engine, setup.device, variant or "fp32", setup.lanes, setup.threads)
+    loaded = load_engine(folder, options)
     return step_translate(loaded, folder, loaded.lanes)

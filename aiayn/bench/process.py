@@ -49,10 +49,13 @@ def gpu_mb(pid: int | None = None) -> float:
 class Worker:
     """``python -m MODULE ARGS...``: says ``{"ready": true}`` once loaded (or false, and why), then answers requests."""
 
-    def __init__(self, name: str, module: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, module: str, *args: str, env: dict[str, str] | None = None, cwd: str | None = None
+    ) -> None:
         self.name = name
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args],
+            cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -173,9 +173,9 @@ def measure_rounds(
     workers = []
     try:
         for s in setups:
-            workers.append(
-                Worker(s.label, "aiayn.bench.worker", str(folder), s.engine, str(s.lanes), str(s.threads), s.device)
-            )
+            args = (str(folder.resolve()), s.engine, str(s.lanes), str(s.threads), s.device)
+            # A baseline's worker imports the aiayn of its checkout: `python -m` puts its working folder first.
+            workers.append(Worker(s.label, "aiayn.bench.worker", *args, cwd=s.checkout or None))
         for round_ in range(rounds):
             for beam, batch in configs:
                 for i in range(len(workers)):

@@ -8,7 +8,8 @@ from typing import Any
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import DEFAULT_MODEL
-from aiayn.engines import DEVICES, VARIANTS
+from aiayn.engines import DEVICES, ENGINES, ONNX, VARIANTS
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import MAX_BEAM, beam_size_of
 
 DATA_HELP = (
@@ -115,7 +116,21 @@ def add_beam_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_engine_flags(p: argparse.ArgumentParser) -> None:
+ENGINE_HELP = (
+    "onnx: the fastest ONNX Runtime engine for the device; onnx-serving: the serving graphs built from the weights; "
+    "onnx-portable: the contract's graphs; torch: needs the [train] extra"
+)
+
+
+def add_engine_flags(
+    p: argparse.ArgumentParser, engine: str | None = ONNX, engine_help: str | None = ENGINE_HELP
+) -> None:
+    """The flags of ``EngineOptions``, read back by ``engine_options``: --engine (default ``engine``; none where
+    ``engine_help`` is None: the command runs ONNX Runtime), --device, --cores, --threads-per-lane, --variant."""
+    if engine_help is None:
+        p.set_defaults(engine=engine)
+    else:
+        p.add_argument("--engine", choices=ENGINES, default=engine, help=engine_help)
     add_device_flag(p, "the engine")
     p.add_argument(
         "--cores",
@@ -124,8 +139,29 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="cores to use (default: the machine's, ≤ 4): on a CPU, one lane of one ONNX Runtime thread per core",
+        help="cores to use (default: the machine's, ≤ 4): on a CPU, lanes of --threads-per-lane ONNX Runtime threads, "
+        "each lane searching its own batch",
     )
+    p.add_argument(
+        "--threads-per-lane",
+        type=positive_int,
+        default=1,
+        metavar="T",
+        help="ONNX Runtime's intra-op threads in each lane: 1 searches most batches at once; --cores 2 "
+        "--threads-per-lane 2 gives one search both cores",
+    )
+    add_variant_flag(p)
+
+
+def engine_options(args: argparse.Namespace, engine: str = ONNX) -> EngineOptions:
+    """The ``EngineOptions`` of ``add_engine_flags``' flags (``engine``: what runs where --engine was left unset);
+    a wrong combination is a ``UserError`` in one line."""
+    try:
+        return EngineOptions.for_cores(
+            args.engine or engine, args.device, args.variant, args.cores, args.threads_per_lane
+        )
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 class UserError(Exception):

@@ -31,6 +31,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
             parts_report,
             web_report,
         )
+        from aiayn.engines.options import EngineOptions
         from aiayn.export.web_graphs import WEB_VARIANTS
         from aiayn.serve.service import TranslationService
 
@@ -38,7 +39,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         plan = WEB_QUICK if args.quick else WEB_FULL
         figures = [
             measure_web(
-                TranslationService(device="cpu", variant=variant).model(args.model),
+                TranslationService(EngineOptions(device="cpu", variant=variant)).model(args.model),
                 test[: plan.captions],
                 variant,
                 alone=test[: plan.alone],
@@ -65,9 +66,10 @@ def cmd_bench(args: argparse.Namespace) -> None:
         return
     if args.long:
         from aiayn.bench.long_sentences import long_report, measure
+        from aiayn.engines.options import EngineOptions
         from aiayn.serve.service import TranslationService
 
-        model = TranslationService(cores=args.cores, variant=args.variant).model(args.model)
+        model = TranslationService(EngineOptions(variant=args.variant, lanes=args.cores)).model(args.model)
         corpus, train = load_split_for(folder, "val", args.data), load_split_for(folder, "train", args.data)
         figures = measure(model, corpus, train, args.beam)
         print(long_report(figures, f"{folder.config.src_lang}-{folder.config.tgt_lang}", "val", args.beam))
@@ -79,7 +81,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(train_report(run_train_bench(folder, corpus, QUICK if args.quick else FULL), json_path))
         return
     from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_json, base_report, run_base_bench
-    from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA
+    from aiayn.bench.base_size import FRAMINGS as BASE_FRAMINGS
+    from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA, with_baseline
     from aiayn.bench.run import FULL, QUICK, report, run_bench
 
     if args.device == "cuda":
@@ -92,12 +95,21 @@ def cmd_bench(args: argparse.Namespace) -> None:
             )
     corpus = load_split_for(folder, "test_2016_flickr", args.data)
     plan, base_plan = (QUICK, BASE_QUICK) if args.quick else (FULL, BASE_FULL)
+    framings, base_framings = ((ON_CUDA,), (ON_CUDA,)) if args.device == "cuda" else (FRAMINGS, BASE_FRAMINGS)
+    if args.baseline is not None:
+        checkout = Path(args.baseline).resolve()
+        if not (checkout / "aiayn" / "bench" / "worker.py").is_file():
+            raise UserError(
+                f"--baseline {args.baseline}: no checkout of this repository there; make one with "
+                "`git worktree add DIR COMMIT`"
+            )
+        framings, base_framings = (tuple(with_baseline(f, checkout) for f in fs) for fs in (framings, base_framings))
     if args.device == "cuda":  # the bundled model and the base size, greedy and beam 4 up to batches of 128
-        result = run_bench(folder, corpus.src, corpus.tgt, plan, (ON_CUDA,), CUDA_CONFIGS, with_serving=False)
-        base = run_base_bench(folder, corpus.src, base_plan, framings=(ON_CUDA,), configs=CUDA_CONFIGS)
+        result = run_bench(folder, corpus.src, corpus.tgt, plan, framings, CUDA_CONFIGS, with_serving=False)
+        base = run_base_bench(folder, corpus.src, base_plan, framings=base_framings, configs=CUDA_CONFIGS)
     else:
-        result = run_bench(folder, corpus.src, corpus.tgt, plan, FRAMINGS)
-        base = run_base_bench(folder, corpus.src, base_plan)
+        result = run_bench(folder, corpus.src, corpus.tgt, plan, framings)
+        base = run_base_bench(folder, corpus.src, base_plan, framings=base_framings)
     print(report(result, json_path, base_json(base)))
     print(f"\n{base_report(base)}")
 
@@ -162,6 +174,13 @@ def add_bench(sub: Any) -> None:
         help="cpu: every engine in both framings (1 thread each; each at its best on 2 cores); cuda: our serving "
         "engine on the GPU against CTranslate2 there, fp32 and fp16, the bundled model and the base size (with each "
         "engine's GPU memory)",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also run our engine from another checkout of this repository (`git worktree add DIR COMMIT`) in the "
+        "same rounds: its rows marked (baseline), each held against CTranslate2 as ours are and ours against it",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)

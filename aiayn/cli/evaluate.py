@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 from aiayn.cli.args import (
     add_beam_flag,
     add_data_flag,
-    add_device_flag,
+    add_engine_flags,
     add_model_flag,
-    add_variant_flag,
+    engine_options,
     float_list,
     positive_int,
 )
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
 from aiayn.engines import ONNX
-from aiayn.engines.load import ENGINES, installed_engine, load_engine, translator_for
+from aiayn.engines.load import installed_engine, load_engine, translator_for
 from aiayn.search.translator import SearchSettings
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.limit:
         corpus = corpus.head(args.limit)
     default_engine = installed_engine() if args.variant == "fp32" else ONNX  # torch runs fp32 only
-    engine = load_engine(folder, args.engine or default_engine, args.device, args.variant)
+    engine = load_engine(folder, engine_options(args, default_engine))
     engine_name = engine.name
     print(f"engine {engine_name} ({args.variant}), execution provider: {engine.provider}", file=sys.stderr)
     translator = translator_for(folder, engine)
@@ -138,11 +138,7 @@ def add_eval(sub: Any) -> None:
         help="with --split val: set the mean log-probability under which a translation is called unsure "
         "and keep it in the folder's config.json",
     )
-    p.add_argument(
-        "--engine", choices=ENGINES, default=None, help="default: torch where PyTorch is installed, else onnx"
-    )
-    add_variant_flag(p)
-    add_device_flag(p, "the engine")
+    add_engine_flags(p, None, "default: torch where PyTorch is installed, else onnx")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N sentences")
     p.add_argument("--output", default=None, help="also write the translations to this file")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -10,9 +10,8 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, add_variant_flag, port_number
+from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, engine_options, port_number
 from aiayn.core.dependencies import PAGE_ONLY, TESTED, untested_line
-from aiayn.engines.load import ENGINES
 from aiayn.text.sentences import split_lines
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     warning = untested_line(tuple(name for name in TESTED if name not in PAGE_ONLY))
     if warning:
         print(warning, file=sys.stderr)
-    service = TranslationService(args.engine, args.device, args.cores, clauses, args.variant)
+    service = TranslationService(engine_options(args), clauses)
     model = service.model(args.model)
     engine = f"engine {model.engine.name}, execution provider: {model.provider}, {args.variant} weights"
     print(f"model {model.folder.path}, {engine}", file=sys.stderr)
@@ -152,16 +151,7 @@ def report(
 def cmd_serve(args: argparse.Namespace) -> None:
     from aiayn.serve.server import serve
 
-    serve(
-        args.model,
-        args.host,
-        args.port,
-        args.share,
-        args.device,
-        args.cores,
-        split_clauses=not args.no_clauses,
-        variant=args.variant,
-    )
+    serve(args.model, args.host, args.port, args.share, engine_options(args), split_clauses=not args.no_clauses)
 
 
 def add_translate(sub: Any) -> None:
@@ -183,15 +173,7 @@ def add_translate(sub: Any) -> None:
     )
     add_model_flag(p)
     add_beam_flag(p)
-    p.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="onnx",
-        help="onnx: the fastest ONNX Runtime engine for the device; onnx-serving: the serving graphs built from the "
-        "weights (CPU); onnx-portable: the contract's graphs; torch: needs the [train] extra",
-    )
     add_engine_flags(p)
-    add_variant_flag(p)
     add_clauses_flag(p)
     p.set_defaults(func=cmd_translate)
 
@@ -202,8 +184,7 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=port_number, default=7860, help="TCP port to listen on")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
-    add_engine_flags(p)
-    add_variant_flag(p)
+    add_engine_flags(p, engine_help=None)
     add_clauses_flag(p)
     p.set_defaults(func=cmd_serve)
 

@@ -8,18 +8,8 @@ import sys
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import (
-    ENGINES,
-    ONNX,
-    ONNX_PORTABLE,
-    ONNX_SERVING,
-    SERVING_VARIANTS,
-    TORCH,
-    VARIANTS,
-    WEIGHTS,
-    Engine,
-    default_cores,
-)
+from aiayn.engines import ONNX, ONNX_PORTABLE, ONNX_SERVING, SERVING_VARIANTS, TORCH, WEIGHTS, Engine
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import Translator
 
 
@@ -32,27 +22,17 @@ def installed_engine() -> str:
         return ONNX
 
 
-def load_engine(
-    folder: ModelFolder, engine: str, device: str = "auto", variant: str = "fp32", cores: int | None = None
-) -> Engine[Any]:
-    """The step engine ``engine`` (one of ``ENGINES``) of a model folder: ONNX Runtime (``variant``: one of
-    ``VARIANTS``) or PyTorch (fp32). "onnx" is the serving engine, built from the weights for the device: on a CPU
-    (fp32, w8, w4, int8) or on a GPU with its state on the device (fp32, fp16), checked at load there
-    (``onnx/serving.py``); the variants it has no graphs for on that device (int8 on a GPU, fp16 on a CPU) run the
-    exported contract graphs.
-
-    ``cores`` (default: the machine's, at most ``MAX_CORES``): on a CPU, ONNX Runtime runs that many lanes of one
-    intra-op thread each, over one copy of the weights. Its ops are too small at this model's size for a second
-    thread to gain (``aiayn bench``: README, Speed), while a second lane searches another batch at the same time.
+def load_engine(folder: ModelFolder, options: EngineOptions) -> Engine[Any]:
+    """The step engine ``options`` name for a model folder: ONNX Runtime or PyTorch (fp32). "onnx" is the serving
+    engine, built from the weights for the device: on a CPU (fp32, w8, w4, int8) or on a GPU with its state on the
+    device (fp32, fp16), checked at load there (``onnx/serving.py``); the variants it has no graphs for on that
+    device (int8 on a GPU, fp16 on a CPU) run the exported contract graphs. On a CPU, ONNX Runtime runs
+    ``options.lane_count`` lanes of ``options.threads`` intra-op threads each, over one copy of the weights.
 
     PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
-    if engine == TORCH:
-        resolve(TORCH, device, variant)  # refuses any weights but fp32
+    if options.engine == TORCH:
+        resolve(TORCH, options.device, options.variant)  # refuses any weights but fp32
         try:
             from aiayn.engines.pytorch import TorchEngine
             from aiayn.engines.pytorch import resolve_device as torch_device
@@ -61,21 +41,21 @@ def load_engine(
             raise ValueError(
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
-        return TorchEngine(load_model(folder), torch_device(device))
+        return TorchEngine(load_model(folder), torch_device(options.device))
     from aiayn.engines.onnx.engine import PortableOnnxEngine
     from aiayn.engines.onnx.serving import ServingEngine
     from aiayn.engines.onnx.sessions import resolve_device
 
-    lanes = cores or default_cores()
+    device, variant, lanes, threads = options.device, options.variant, options.lane_count, options.threads
     if device == "auto" and WEIGHTS[variant].serving == ("cpu",) and not WEIGHTS[variant].exported:
         device = "cpu"  # built for a CPU only: no GPU probe
     device = resolve_device(device)
-    runs = resolve(engine, device, variant)
+    runs = resolve(options.engine, device, variant)
     if runs == ONNX_PORTABLE:
-        return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
+        return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=threads, lanes=lanes)
     if device == "cuda":
         return serving_checked(folder, "cuda", variant, lanes)
-    return ServingEngine.load(folder, "cpu", variant, lanes)
+    return ServingEngine.load(folder, "cpu", variant, lanes, threads=threads)
 
 
 def resolve(engine: str, device: str, variant: str) -> str:

@@ -70,13 +70,14 @@ Written by `aiayn export MODEL --to space`. A Space runs `python app.py` and sen
 import os
 from pathlib import Path
 
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.server import serve
 
 MODEL = Path(__file__).resolve().parent / "{model_dir}"
 
 if __name__ == "__main__":
     port = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
-    serve([str(MODEL)], host="0.0.0.0", port=port, device="{device}", variant="{variant}")
+    serve([str(MODEL)], host="0.0.0.0", port=port, options=EngineOptions(device="{device}", variant="{variant}"))
 '''
 
 

@@ -348,7 +348,7 @@ def build_app(service: TranslationService, model_names: list[str] | None = None)
     served = directions({name: service.model(name) for name in names})
     handlers = Handlers(service, served, Path(tempfile.mkdtemp(prefix="aiayn-downloads-")))
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
-        wire(lay_out(served, service.variant), handlers)
+        wire(lay_out(served, service.options.variant), handlers)
     # A request beyond MAX_WAITING is refused by Gradio with HTTP 503 and its own message ("Queue is full").
     app.queue(max_size=MAX_WAITING, default_concurrency_limit=BATCHES_AT_ONCE)
     return app

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aiayn.core.dependencies import untested_line
+from aiayn.engines.options import DEFAULT_OPTIONS, EngineOptions
 from aiayn.serve.memory import bound_server_memory
 
 if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded: ONNX Runtime starts a thread
@@ -73,13 +74,11 @@ def serve(
     host: str,
     port: int,
     share: bool = False,
-    device: str = "auto",
-    cores: int | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
     split_clauses: bool = True,
-    variant: str = "fp32",
 ) -> None:
-    """The page and the JSON route over ``models`` (default: the bundled ones) until Ctrl-C, with ONNX Runtime on
-    ``device`` (``TranslationService`` takes the rest); one line on stderr says where."""
+    """The page and the JSON route over ``models`` (default: the bundled ones) until Ctrl-C, each model with the
+    engine ``options`` say (``TranslationService``); one line on stderr says where."""
     bound_server_memory()  # before ONNX Runtime's threads start
     from aiayn.serve.api import json_route
     from aiayn.serve.page import build_app
@@ -91,7 +90,7 @@ def serve(
     if warning:
         print(warning, file=sys.stderr)
     check_port(host, port)
-    service = TranslationService("onnx", device, cores, split_clauses, variant)
+    service = TranslationService(options, split_clauses)
     app = build_app(service, models)
     launch(app, host, port, share, routes=[json_route(service)])
     names = ", ".join(service.models)
@@ -100,7 +99,7 @@ def serve(
     where = f"http://{host}:{port}{public}"
     engine = f"{first.engine.name} engine"
     print(
-        f"serving {names} ({variant} weights) with ONNX Runtime on {first.provider} ({engine}) at {where}",
+        f"serving {names} ({options.variant} weights) with ONNX Runtime on {first.provider} ({engine}) at {where}",
         file=sys.stderr,
     )
     app.block_thread()  # until Ctrl-C

@@ -17,6 +17,7 @@ import numpy as np
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import Engine
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import DEFAULT_OPTIONS, EngineOptions
 from aiayn.search.output import Output, mean_log_prob
 from aiayn.search.translator import SearchSettings
 from aiayn.search.words import unsure_spans, words
@@ -264,18 +265,11 @@ def submit_together(prepared: list[tuple[LoadedModel, Prepared, int | None]]) ->
 
 
 class TranslationService:
-    """Loads models by name on first use and serves them to many threads (``split_clauses``: as ``LoadedModel``)."""
+    """Loads models by name on first use, each with the engine ``options`` say, and serves them to many threads
+    (``split_clauses``: as ``LoadedModel``)."""
 
-    def __init__(
-        self,
-        engine: str = "onnx",
-        device: str = "auto",
-        cores: int | None = None,
-        split_clauses: bool = True,
-        variant: str = "fp32",
-    ) -> None:
-        self.engine, self.device, self.cores, self.split_clauses = engine, device, cores, split_clauses
-        self.variant = variant  # the weights every model runs (``aiayn.engines.VARIANTS``)
+    def __init__(self, options: EngineOptions = DEFAULT_OPTIONS, split_clauses: bool = True) -> None:
+        self.options, self.split_clauses = options, split_clauses
         self.models: dict[str, LoadedModel] = {}
         self.lock = threading.Lock()
 
@@ -283,7 +277,7 @@ class TranslationService:
         with self.lock:
             if name not in self.models:
                 folder = ModelFolder.open(name)
-                engine = load_engine(folder, self.engine, self.device, self.variant, cores=self.cores)
+                engine = load_engine(folder, self.options)
                 self.models[name] = LoadedModel(folder, engine, self.split_clauses)
                 return_freed_memory()  # what building the engine's graphs took
             return self.models[name]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from aiayn.bench.engines import Framing, Setup
-from aiayn.bench.run import Plan, report, run_bench
+import aiayn
+from aiayn.bench.engines import Framing, Setup, with_baseline
+from aiayn.bench.run import Plan, measure_rounds, report, run_bench
 from aiayn.core.folder import ModelFolder
 
 SENTENCES = ["the red cat sleeps.", "a small dog runs after two blue birds!", "das rote Haus", "three children play."]
@@ -59,3 +61,26 @@ def test_bench_on_cuda_says_why_not_where_no_gpu_runs(capsys: pytest.CaptureFixt
     assert main(["bench", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert "--device cuda: ONNX Runtime cannot run on a GPU here" in err and reason in err and "Traceback" not in err
+
+
+def test_a_baseline_checkout_runs_in_the_same_rounds_from_its_own_code(tiny_folder: Path, tmp_path: Path) -> None:
+    """`aiayn bench --baseline DIR`: our setups again from another checkout (here a copy of this one whose worker
+    says where it came from), held against the same peers, and ours against them."""
+    framing = with_baseline(
+        Framing(
+            "1 thread each",
+            (Setup("onnx fp32"), Setup("onnx w8"), Setup("ctranslate2 fp32")),
+            (("onnx fp32 1×1", ("ctranslate2 fp32 1×1",)), ("onnx w8 1×1", ("onnx fp32 1×1",))),
+        ),
+        tmp_path,
+    )
+    twin = "onnx fp32 1×1 (baseline)"
+    assert [s.label for s in framing.setups] == ["onnx fp32 1×1", "onnx w8 1×1", "ctranslate2 fp32 1×1", twin]
+    assert framing.comparisons[2:] == ((twin, ("ctranslate2 fp32 1×1",)), ("onnx fp32 1×1", (twin,)))
+    source = Path(aiayn.__file__).parent
+    shutil.copytree(source, tmp_path / "aiayn", ignore=shutil.ignore_patterns("__pycache__"))
+    worker = tmp_path / "aiayn" / "bench" / "worker.py"
+    worker.write_text(worker.read_text().replace('answer({"ready": True,', 'answer({"ready": True, "from": "copy",'))
+    ours, baseline = framing.setups[0], framing.setups[-1]
+    _, ready = measure_rounds(tiny_folder, [ours, baseline], 1, ((1, 1),), lambda *_: None)
+    assert ready[twin].get("from") == "copy" and "from" not in ready[ours.label]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from aiayn.cli import main
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings
 from aiayn.serve.service import TranslationService
 from aiayn.text.sentences import MAX_SENTENCE_TOKENS, split_long
@@ -144,7 +145,7 @@ def test_the_torch_engine_runs_on_the_device_asked_or_says_why_not(
 
 
 def test_emoji_other_scripts_and_long_sentences_in_the_service(bundled: dict[str, Path]) -> None:
-    model = TranslationService(device="cpu").model("en-de")
+    model = TranslationService(EngineOptions(device="cpu")).model("en-de")
     plain = model.translate("A dog runs on the beach.", 4).text
     with_emoji = model.translate("A dog 🐕 runs on the beach. Привет!", 4)
     assert with_emoji.text == f"{plain} Привет!"  # the emoji left out and said so; the Russian kept as is
@@ -162,8 +163,8 @@ def test_no_clauses_translates_every_sentence_whole(
     bundled: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     sentence = "A man in a red shirt is riding a bike down the street, and a woman is walking her dog in the park."
-    split = TranslationService(device="cpu").model("en-de")
-    whole = TranslationService(device="cpu", split_clauses=False).model("en-de")
+    split = TranslationService(EngineOptions(device="cpu")).model("en-de")
+    whole = TranslationService(EngineOptions(device="cpu"), split_clauses=False).model("en-de")
     assert len(split.prepare(sentence).src_ids) == 2 and len(whole.prepare(sentence).src_ids) == 1
     alone = whole.translator.translate([sentence], replace(whole.search, beam_size=1))[0]  # as another runtime would
     assert whole.translate(sentence, 1).text == alone != split.translate(sentence, 1).text

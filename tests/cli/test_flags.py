@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from aiayn.cli import build_parser, main
+from aiayn.cli.args import engine_options
 from aiayn.data.multi30k import ParallelCorpus
+from aiayn.engines import ONNX, TORCH
+from aiayn.engines.options import EngineOptions
 from aiayn.train.options import TrainOptions
 
 
@@ -83,9 +86,19 @@ def test_help_shows_each_default_once(command: str) -> None:
     assert doubled_defaults(subcommand(command)) == []
 
 
-@pytest.mark.parametrize("command", ["translate", "serve"])
+@pytest.mark.parametrize("command", ["translate", "serve", "eval"])
 def test_cores_is_the_flag_and_threads_its_earlier_name(command: str) -> None:
-    """``--cores N`` sets the lanes the engine runs (one ONNX Runtime thread each); ``--threads`` still means it."""
+    """``--cores N`` sets the cores the engine runs on, in lanes of ``--threads-per-lane`` ONNX Runtime threads
+    (one by default); ``--threads`` still means ``--cores``. Every command fills the one ``EngineOptions``."""
     parser = build_parser()
     assert parser.parse_args([command, "--cores", "3"]).cores == 3
     assert parser.parse_args([command, "--threads", "2"]).cores == 2
+    args = parser.parse_args([command, "--cores", "4", "--threads-per-lane", "2", "--variant", "w8"])
+    engine = TORCH if command == "eval" else ONNX  # eval's default where --engine is unset
+    assert engine_options(args, engine) == EngineOptions(engine, "auto", "w8", lanes=2, threads=2)
+
+
+def test_cores_that_do_not_make_whole_lanes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["translate", "--cores", "3", "--threads-per-lane", "2", "Hallo"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--cores 3 do not make lanes of --threads-per-lane 2" in error and "\n" not in error

@@ -25,6 +25,7 @@ from aiayn.cli import main
 from aiayn.core.folder import WEIGHTS_FILE, ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, load_parallel
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def test_generate_equals_aiayn_translate(
     tokenizer = AutoTokenizer.from_pretrained(str(out))
     src = [tokenizer(text)["input_ids"] for text in flickr]
     assert src == [folder.tokenizer.encode_source(text) for text in flickr]  # AutoTokenizer reads as ours
-    translator = translator_for(folder, load_engine(folder, "torch", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("torch", "cpu")))
     ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
     theirs = generated(marian(out), src, beams=1)
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
@@ -279,7 +280,7 @@ def test_optimums_onnx_export_translates_as_ours(
 
     folder, out = exported("random")
     src = [folder.tokenizer.encode_source(text) for text in flickr]
-    translator = translator_for(folder, load_engine(folder, "torch", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("torch", "cpu")))
     ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
     theirs = generated(ORTModelForSeq2SeqLM.from_pretrained(str(out), export=True), src, beams=1)
     assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= SENTENCES - 1

@@ -16,6 +16,7 @@ import pytest
 from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings
 
 SENTENCES = 200
@@ -79,7 +80,7 @@ def test_greedy_equals_generate_for_every_engine(
     expected = hf_outputs(checkpoint, src, beams=1)
     assert len({tuple(ids) for ids in expected}) > SENTENCES // 4, "the random model should not say one thing"
     for engine, device in ENGINES:
-        translator = translator_for(folder, load_engine(folder, engine, device))
+        translator = translator_for(folder, load_engine(folder, EngineOptions(engine, device)))
         ours = translator.translate_ids(src, SearchSettings(beam_size=1, max_extra_len=EXTRA))
         same = sum(a == b for a, b in zip(ours, expected, strict=True))
         assert same == SENTENCES, f"{engine}: {same}/{SENTENCES} identical to generate()"
@@ -99,7 +100,7 @@ def test_teacher_forced_log_probs_within_1e4(
     reference = MarianMTModel.from_pretrained(str(checkpoint)).eval()
     start = folder.config.special_tokens.bos
     for engine, device in ENGINES:
-        model = load_engine(folder, engine, device)
+        model = load_engine(folder, EngineOptions(engine, device))
         worst = 0.0
         for ids, out in zip(src, targets, strict=True):
             decoder_in = [start, *out]
@@ -125,7 +126,7 @@ def test_beam_4_with_the_checkpoints_normalisation(
     assert settings == {"beam_size": 4, "length_penalty": 1.0, "length_normalization": "power"}
     src = source_ids(checkpoint, held_out)
     expected = hf_outputs(checkpoint, src, beams=4)
-    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("onnx", "cpu")))
     from aiayn.search.translator import SearchSettings
 
     ours = translator.translate_ids(src, SearchSettings.of(folder, max_extra_len=EXTRA))
@@ -151,14 +152,14 @@ def test_translate_and_page_route_take_the_imported_folder(
 
     folder = imported(marian_checkpoint("swish", True), tmp_path)
     lines = ["Two dogs play in the snow.", "A man sits."]
-    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("onnx", "cpu")))
     expected = translator.translate(lines, SearchSettings.of(folder, beam_size=4))
     assert all(expected)
     capsys.readouterr()
     assert main(["translate", "--model", str(folder.path), "--beam", "4", "\n".join(lines)]) == 0
     assert capsys.readouterr().out.splitlines() == expected
 
-    service = TranslationService(device="cpu")
+    service = TranslationService(EngineOptions(device="cpu"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -241,7 +242,7 @@ def test_the_browser_folder_translates_as_generate(
         reference.decode(ids, skip_special_tokens=True)
         for ids in hf_outputs(checkpoint, source_ids(checkpoint, held_out), beams=1)
     ]
-    model = TranslationService(device="cpu").model(str(folder.path))
+    model = TranslationService(EngineOptions(device="cpu")).model(str(folder.path))
     assert cli_translations(model, held_out, 1) == expected
     with chromium() as browser, served_folder(web) as url:
         page, _ = open_page(browser, url)
@@ -386,7 +387,7 @@ def test_a_target_of_a_multi_target_checkpoint_translates_as_generate_with_its_t
     emitting = [i for i, ids in enumerate(plain) if languages & set(ids)]
     print(f"plain generate() emits a language token in {len(emitting)}/{SENTENCES} sentences")
     for engine, device in [("torch", "cpu"), ("onnx", "cpu")]:
-        translator = translator_for(folder, load_engine(folder, engine, device))
+        translator = translator_for(folder, load_engine(folder, EngineOptions(engine, device)))
         ours = translator.translate_ids(src, SearchSettings(beam_size=1, max_extra_len=EXTRA))
         same = sum(a == b for a, b in zip(ours, expected, strict=True))
         assert same == SENTENCES, f"{engine}: {same}/{SENTENCES} identical to generate()"
@@ -405,7 +406,7 @@ def test_beam_4_of_a_target_with_the_checkpoints_normalisation(
     folder = imported(checkpoint, tmp_path, "--tgt", "por")
     src = source_ids(checkpoint, with_token("por", held_out))
     expected = hf_outputs(checkpoint, src, beams=4, never=folder.config.never_generate)
-    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("onnx", "cpu")))
     ours = translator.translate_ids(src, SearchSettings.of(folder, max_extra_len=EXTRA))
     same = sum(a == b for a, b in zip(ours, expected, strict=True))
     print(f"multi-target, beam 4, power normalisation: {same}/{SENTENCES} identical to generate(num_beams=4)")
@@ -445,7 +446,8 @@ def test_two_targets_of_one_checkpoint_translate_differently_and_share_their_fil
     for code, folder in folders.items():
         src = source_ids(checkpoint, with_token(code, lines))
         expected = hf_outputs(checkpoint, src, beams=1, never=folder.config.never_generate)
-        translator = translator_for(folder, load_engine(folder, "onnx-portable", "cpu"))  # the contract's graphs
+        contract = load_engine(folder, EngineOptions("onnx-portable", "cpu"))  # the contract's graphs
+        translator = translator_for(folder, contract)
         ours = translator.translate_ids(src, SearchSettings(beam_size=1, max_extra_len=EXTRA))
         same = sum(a == b for a, b in zip(ours, expected, strict=True))
         assert same == len(lines), f"{code}: {same}/{len(lines)} identical to generate()"
@@ -453,8 +455,9 @@ def test_two_targets_of_one_checkpoint_translate_differently_and_share_their_fil
         # The doors that take text: `aiayn translate` and the service behind the page and its JSON route.
         assert main(["translate", "--model", str(folder.path), "--beam", "1", lines[0]]) == 0
         assert capsys.readouterr().out.strip() == translations[code][0]
-        service = TranslationService(device="cpu").translate("\n".join(lines[:20]), str(folder.path), beam_size=1)
-        assert service.text.split("\n") == translations[code][:20]
+        service = TranslationService(EngineOptions(device="cpu"))
+        result = service.translate("\n".join(lines[:20]), str(folder.path), beam_size=1)
+        assert result.text.split("\n") == translations[code][:20]
     differ = sum(a != b for a, b in zip(translations["por"], translations["pob"], strict=True))
     print(f"two targets of one checkpoint: {differ}/{len(lines)} lines translated differently")
     assert differ > len(lines) // 2

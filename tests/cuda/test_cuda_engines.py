@@ -35,6 +35,7 @@ from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.onnx.io import BoundIO
 from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.onnx.sessions import CPU, CUDA
+from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
 from aiayn.search.step import StepModel
@@ -159,7 +160,7 @@ def test_the_serving_engine_passes_its_self_check_on_the_device(
     assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
     assert engine.provider == provider_of(device)
     if device == "cuda":
-        loaded = load_engine(folder, ONNX, device, variant)
+        loaded = load_engine(folder, EngineOptions(ONNX, device, variant))
         assert isinstance(loaded, ServingEngine) and isinstance(loaded.buffers, DeviceBuffers)
 
 

@@ -25,6 +25,7 @@ from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving import ServingEngine, unservable
 from aiayn.engines.onnx.serving_spec import DMMHA
 from aiayn.engines.onnx.sessions import gpu_unavailable
+from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.metrics import score
 from aiayn.search.translator import SearchSettings
 
@@ -66,17 +67,17 @@ def test_each_device_gets_its_serving_engine(bundled: dict[str, Path]) -> None:
     graphs with `onnx`, and is refused with `onnx-serving`, saying what to use."""
     folder = ModelFolder.open(bundled["en-de"])
     for variant in ("fp32", "w8"):
-        engine = load_engine(folder, ONNX, "cpu", variant, cores=1)
+        engine = load_engine(folder, EngineOptions(ONNX, "cpu", variant, lanes=1))
         assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, HostBuffers)
     with pytest.raises(ValueError, match="runs fp32, w8, w4, int8 on a CPU and fp32, fp16 on a GPU.*onnx-portable"):
-        load_engine(folder, ONNX_SERVING, "cpu", "fp16", cores=1)
+        load_engine(folder, EngineOptions(ONNX_SERVING, "cpu", "fp16", lanes=1))
     with pytest.raises(ValueError, match="--variant w8 is built .* on a CPU"):
-        load_engine(folder, ONNX, "cuda", "w8", cores=1)
+        load_engine(folder, EngineOptions(ONNX, "cuda", "w8", lanes=1))
     reason = gpu_unavailable(1)
     if not reason:
         pytest.skip("ONNX Runtime runs on a GPU here: tests/cuda covers it")
     with pytest.raises(ValueError, match="--device cuda: ONNX Runtime cannot run .* on a GPU here"):
-        load_engine(folder, ONNX_SERVING, "cuda", "fp16", cores=1)
+        load_engine(folder, EngineOptions(ONNX_SERVING, "cuda", "fp16", lanes=1))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

@@ -23,6 +23,7 @@ from aiayn.engines import (
 )
 from aiayn.engines.load import resolve
 from aiayn.engines.onnx.serving_spec import SERVING_OPS
+from aiayn.engines.options import EngineOptions
 
 
 def test_the_installed_engine_is_torch_where_pytorch_is_else_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,13 +53,13 @@ def test_auto_without_a_gpu_opens_the_serving_engine_only(
         raise AssertionError("the contract's graphs were opened")
 
     monkeypatch.setattr(PortableOnnxEngine, "load", refused)
-    engine = load.load_engine(ModelFolder.open(bundled["en-de"]), ONNX, "auto", cores=1)
+    engine = load.load_engine(ModelFolder.open(bundled["en-de"]), EngineOptions(ONNX, "auto", lanes=1))
     assert (engine.name, engine.provider) == (ONNX_SERVING, sessions.CPU)
 
 
 @pytest.mark.parametrize("name", ENGINES)
 def test_every_engine_says_its_name_and_provider(bundled: dict[str, Path], name: str) -> None:
-    engine = load.load_engine(ModelFolder.open(bundled["de-en"]), name, "cpu", cores=1)
+    engine = load.load_engine(ModelFolder.open(bundled["de-en"]), EngineOptions(name, "cpu", lanes=1))
     assert engine.name == {ONNX: ONNX_SERVING}.get(name, name)  # onnx: the fastest for the device, named as it is
     assert engine.provider in ("CPUExecutionProvider", "PyTorch (CPU)")
     weights = engine.cross_attention(np.array([[5, 6, 3]]), np.array([[2, 7]]))
@@ -94,3 +95,30 @@ def test_one_table_says_what_runs_each_variant_or_what_would() -> None:
     assert set(WEIGHTS) == set(VARIANTS) and SERVING_VARIANTS["cuda"] == ("fp32", "fp16")
     assert {v for v, weights in WEIGHTS.items() if weights.exported} == set(EXPORTED_GRAPHS)  # the contract's files
     assert {v for v, weights in WEIGHTS.items() if "cuda" in weights.serving} == {v for _, v in SERVING_OPS}
+
+
+def test_one_options_object_checks_its_settings_in_one_line() -> None:
+    for bad, named in (
+        ({"engine": "tf"}, "unknown engine 'tf'"),
+        ({"device": "gpu"}, "unknown device 'gpu'"),
+        ({"variant": "int4"}, "unknown variant 'int4'"),
+        ({"lanes": 0}, "lanes (0)"),
+        ({"threads": 0}, "threads per lane (0)"),
+    ):
+        with pytest.raises(ValueError) as refusal:
+            EngineOptions(**bad)  # type: ignore[arg-type]
+        assert named in str(refusal.value) and "\n" not in str(refusal.value)
+    assert EngineOptions.for_cores(ONNX, "cpu", "w8", 4, 2) == EngineOptions(ONNX, "cpu", "w8", lanes=2, threads=2)
+    assert EngineOptions.for_cores(ONNX, "cpu", "fp32", None, 2).lanes is None  # the machine's cores, in pairs
+    with pytest.raises(ValueError, match="give --cores a multiple of 2"):
+        EngineOptions.for_cores(ONNX, "cpu", "fp32", 3, 2)
+    assert EngineOptions(lanes=3, threads=2).lane_count == 3
+
+
+@pytest.mark.parametrize("name", [ONNX, ONNX_PORTABLE])
+def test_the_options_lanes_and_threads_are_what_onnx_runtime_runs(bundled: dict[str, Path], name: str) -> None:
+    """``--cores 4 --threads-per-lane 2`` reaches the sessions: 2 lanes, each session on 2 intra-op threads."""
+    engine = load.load_engine(ModelFolder.open(bundled["de-en"]), EngineOptions(name, "cpu", lanes=2, threads=2))
+    sessions = (engine.buffers.decoder,) if name == ONNX else (engine.io.decoder,)  # type: ignore[attr-defined]
+    assert engine.lanes == 2
+    assert [s.get_session_options().intra_op_num_threads for s in sessions] == [2]

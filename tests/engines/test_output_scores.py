@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.load import ENGINES, load_engine, translator_for
+from aiayn.engines import ENGINES
+from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.model.weights import load_model
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings
@@ -36,7 +38,7 @@ def test_scores_are_the_models_log_probabilities(
         folder = ModelFolder.open(path)
         model = load_model(folder)
         special = folder.config.special_tokens
-        translator = translator_for(folder, load_engine(folder, engine, "cpu"))
+        translator = translator_for(folder, load_engine(folder, EngineOptions(engine, "cpu")))
         src_ids = [translator.source_ids(s) for s in SENTENCES]
         settings = SearchSettings.of(folder, beam_size=beam, max_extra_len=extra)
         outputs = translator.outputs(src_ids, settings)

@@ -32,6 +32,7 @@ from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.onnx.serving_graphs import two_stage_top_k
 from aiayn.engines.onnx.serving_spec import CPU_OPS, serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, graph_problems, open_session
+from aiayn.engines.options import EngineOptions
 from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
@@ -270,11 +271,12 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
     pytest.importorskip("torch")
     folder = imported_like
     if graphs == "cpu graphs":
-        fused: Any = load_engine(folder, ONNX, "cpu", cores=1)
+        fused: Any = load_engine(folder, EngineOptions(ONNX, "cpu", lanes=1))
         assert isinstance(fused.buffers, HostBuffers)
     else:
         fused = ServingEngine.load(folder, graphs_for="cuda")
-    portable, torch_engine = load_engine(folder, ONNX_PORTABLE, "cpu", cores=1), load_engine(folder, TORCH)
+    portable = load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", lanes=1))
+    torch_engine = load_engine(folder, EngineOptions(TORCH))
     src_ids = imported_sources(folder.config)
     for reference in (torch_engine, portable):
         assert max_log_prob_diff(reference, fused, src_ids).max_abs_diff <= TOLERANCE

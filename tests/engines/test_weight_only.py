@@ -17,6 +17,7 @@ from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.kernel_rows import instruction_set, row_multiple
 from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings, Translator
 
 
@@ -32,7 +33,7 @@ def folder(bundled: dict[str, Path]) -> ModelFolder:
 
 @pytest.fixture(scope="module")
 def engine(folder: ModelFolder, variant: str) -> ServingEngine[Any]:
-    engine = load_engine(folder, ONNX, "cpu", variant, cores=1)
+    engine = load_engine(folder, EngineOptions(ONNX, "cpu", variant, lanes=1))
     assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, HostBuffers)
     return engine
 
@@ -81,7 +82,7 @@ def test_weight_only_translations_stay_close_to_fp32(
 ) -> None:
     """Not exact, so judged by agreement with fp32 on real sentences (BLEU: docs/speed.md)."""
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    fp32 = translator_for(folder, load_engine(folder, ONNX, "cpu", cores=1))
+    fp32 = translator_for(folder, load_engine(folder, EngineOptions(ONNX, "cpu", lanes=1)))
     quantized = translator_for(folder, engine)
     src_ids = [fp32.source_ids(s) for s in corpus.src[:100]]
     settings = SearchSettings(beam_size=4)
@@ -99,7 +100,7 @@ def test_weight_only_variants_build_with_an_imported_checkpoints_choices(
     eos = folder.config.special_tokens.eos
     src_ids = [[5, 9, 11, eos], [7, eos]]
     for variant in BLOCK_VARIANTS:
-        translator = translator_for(folder, load_engine(folder, ONNX, "cpu", variant, cores=1))
+        translator = translator_for(folder, load_engine(folder, EngineOptions(ONNX, "cpu", variant, lanes=1)))
         outputs = translator.translate_ids(src_ids, SearchSettings(beam_size=4))
         assert len(outputs) == 2 and not any(folder.config.special_tokens.pad in ids for ids in outputs)
 
@@ -112,4 +113,4 @@ def test_a_weight_only_variant_elsewhere_says_where_it_runs(
     folder: ModelFolder, engine_name: str, device: str, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        load_engine(folder, engine_name, device, "w8")
+        load_engine(folder, EngineOptions(engine_name, device, "w8"))

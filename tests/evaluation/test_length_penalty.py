@@ -14,6 +14,7 @@ from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import tune_length_penalty
 from aiayn.search.step import FullDistributionStep
 from aiayn.search.translator import SearchSettings, Translator
@@ -50,7 +51,7 @@ def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path
     assert after["model"] == before["model"] and after["onnx"] == before["onnx"]  # the graphs' stamps still match
     tuned = SearchSettings.of(ModelFolder.open(folder), beam_size=2)
     assert tuned == SearchSettings(beam_size=2, length_penalty=best)
-    assert TranslationService(device="cpu").model(str(folder)).search.length_penalty == best
+    assert TranslationService(EngineOptions(device="cpu")).model(str(folder)).search.length_penalty == best
 
     test = ParallelCorpus(SENTENCES, SENTENCES, "en", "de", "test_2016_flickr")
     with pytest.raises(ValueError, match="on val only"):

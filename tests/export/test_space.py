@@ -20,6 +20,7 @@ from gradio_client import Client
 from aiayn.bench.web import CHROMIUM, chromium
 from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
+from aiayn.engines.options import EngineOptions
 from aiayn.export.space import ImportWalk, imports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,7 +169,7 @@ def test_the_page_says_what_each_model_knows(bundled: dict[str, Path]) -> None:
 
     assert ModelFolder.open("de-en").provenance() == "trained on Multi30k image captions (29 000 pairs)"
     page = json.dumps(
-        build_app(TranslationService(device="cpu"), ["en-de", "de-en"]).get_config_file(),
+        build_app(TranslationService(EngineOptions(device="cpu")), ["en-de", "de-en"]).get_config_file(),
         default=str,
         ensure_ascii=False,
     )
@@ -213,7 +214,7 @@ def test_every_feature_of_the_page_works_in_the_exported_space(served: tuple[str
     from aiayn.serve.status import from_one, notes
 
     variant, url = served
-    service = TranslationService(device="cpu", variant=variant)
+    service = TranslationService(EngineOptions(device="cpu", variant=variant))
     translation_of = partial(service.translate, model="en-de")
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 1400})

@@ -27,6 +27,7 @@ from aiayn.bench.web import (
 from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.block_quant import VARIANTS
+from aiayn.engines.options import EngineOptions
 from aiayn.export.npm import PACKAGES, matches
 from aiayn.export.web import ISOLATION_HEADERS, PREVIEW_FILE, export_web
 from aiayn.export.web_graphs import WEIGHTS_FILE
@@ -72,7 +73,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def service(bundled: dict[str, Path]) -> TranslationService:
-    return TranslationService(device="cpu")  # as `aiayn translate` runs on a CPU
+    return TranslationService(EngineOptions(device="cpu"))  # as `aiayn translate` runs on a CPU
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,7 @@ def test_a_quantized_folder_translates_as_the_cli_variant(
     """Nearly always identical: the CLI's int8 products are MLAS's integer kernels, the browser's the same int8
     values multiplied in fp32 (web_graphs.py); the two round differently in the last bit, and a value on a rounding
     edge then becomes another int8 code (`aiayn bench --web`: 193-197 of 200 captions identical)."""
-    model = TranslationService(device="cpu", variant=variant).model("en-de")
+    model = TranslationService(EngineOptions(device="cpu", variant=variant)).model("en-de")
     lines = lines_for(multi30k_dir, "en")
     got, _ = translate_in_page(variant_pages[variant][0], lines, beam)
     same = sum(a == b for a, b in zip(got, cli_translations(model, lines, beam), strict=True))
@@ -382,7 +383,8 @@ def marian_page(marian_spm_folder: Path, browser: Any, tmp_path_factory: pytest.
 def test_a_marian_folder_translates_in_the_browser_as_the_cli(
     marian_spm_folder: Path, marian_page: Any, multi30k_dir: Path
 ) -> None:
-    model = TranslationService(device="cpu").model(str(marian_spm_folder))  # as `aiayn translate` runs on a CPU
+    cpu = EngineOptions(device="cpu")  # as `aiayn translate` runs on a CPU
+    model = TranslationService(cpu).model(str(marian_spm_folder))
     web = json.loads((marian_spm_folder / "config.json").read_text())["search"]
     assert web == MARIAN_SEARCH and model.search.length_normalization == "power"
     lines = lines_for(multi30k_dir, "en")[:40] + MARIAN_EXTRA

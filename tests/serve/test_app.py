@@ -24,6 +24,7 @@ from gradio_client.exceptions import AppError
 
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY
 from aiayn.core.folder import ONNX_SECTION, ModelFolder
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.page import build_app
 from aiayn.serve.requests import directions
 from aiayn.serve.server import launch
@@ -227,7 +228,7 @@ def en_es(bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def service(bundled: dict[str, Path]) -> TranslationService:
-    return TranslationService(device="cpu")
+    return TranslationService(EngineOptions(device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +291,6 @@ def test_a_refused_request_clears_the_earlier_translation_timing_and_heatmap(pag
 
 
 def test_the_page_says_which_variant_it_runs(bundled: dict[str, Path]) -> None:
-    app = build_app(TranslationService(device="cpu", variant="w8"), ["en-de"])
+    app = build_app(TranslationService(EngineOptions(device="cpu", variant="w8")), ["en-de"])
     texts = [b.value for b in app.blocks.values() if isinstance(b, gr.Markdown)]
     assert any("CPUExecutionProvider** (the onnx-serving engine), w8 weights" in (text or "") for text in texts)

@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from aiayn.bench.web import CHROMIUM, chromium
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.page import build_app, examples_for
 from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def service(bundled: dict[str, Path]) -> TranslationService:
-    return TranslationService(device="cpu")
+    return TranslationService(EngineOptions(device="cpu"))
 
 
 @pytest.fixture(scope="module")

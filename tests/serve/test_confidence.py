@@ -13,6 +13,7 @@ import pytest
 from aiayn.core.folder import CONFIDENCE_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.confidence import FLAGGED_SHARE, WORD_MARKED_SHARE, calibrate_confidence
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings
@@ -76,7 +77,7 @@ def test_most_out_of_domain_lines_are_flagged_and_few_captions(
 def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder: Path, tmp_path: Path) -> None:
     path = Path(shutil.copytree(tiny_folder, tmp_path / "tiny"))
     folder = ModelFolder.open(path)
-    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("onnx", "cpu")))
     words = "the red cat sleeps on old chair a small dog runs after two blue birds".split()
     sources = [translator.source_ids(" ".join(words[i : i + 1 + i % 5])) for i in range(len(words))] * 3
     settings = SearchSettings.of(folder, beam_size=1, max_extra_len=5)
@@ -90,7 +91,7 @@ def test_calibration_keeps_the_threshold_that_flags_its_share_of_val(tiny_folder
     assert section["flagged_share_on_val"] <= FLAGGED_SHARE
     assert section["word_marked_share_on_val"] <= WORD_MARKED_SHARE + 1 / len(sources)  # a quantile, interpolated
     assert section["min_word_log_prob"] < 0
-    loaded = LoadedModel(reopened, load_engine(reopened, "onnx", "cpu"))
+    loaded = LoadedModel(reopened, load_engine(reopened, EngineOptions("onnx", "cpu")))
     assert loaded.min_mean_log_prob == threshold and loaded.min_word_log_prob == section["min_word_log_prob"]
     with pytest.raises(ValueError, match="needs validation sentences"):
         calibrate_confidence(folder, translator, [], settings, "val")

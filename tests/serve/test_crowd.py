@@ -21,6 +21,7 @@ from gradio_client import Client
 import aiayn.serve.page
 from aiayn.bench.crowd import Connection, HttpError, ask_page, crowd, one_at_a_time
 from aiayn.core.folder import SEARCH_SECTION, ModelFolder
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.api import json_route
 from aiayn.serve.page import build_app
 from aiayn.serve.server import launch
@@ -41,7 +42,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def service(bundled: dict[str, Path]) -> TranslationService:
-    return TranslationService(device="cpu")
+    return TranslationService(EngineOptions(device="cpu"))
 
 
 def free_port() -> int:
@@ -207,7 +208,7 @@ def test_a_folders_own_beam_is_the_default_of_the_page_its_api_and_the_json_rout
     imported = tmp_path / "imported"  # as `aiayn import` writes a checkpoint's own num_beams
     shutil.copytree(bundled["en-de"], imported)
     ModelFolder.open(imported).write_section(SEARCH_SECTION, {"beam_size": 2})
-    service = TranslationService(device="cpu")  # serving these two only, as `aiayn serve` would
+    service = TranslationService(EngineOptions(device="cpu"))  # serving these two only, as `aiayn serve` would
     page = build_app(service, [str(imported), "de-en"])
     port = free_port()
     launch(page, port=port, routes=[json_route(service)])

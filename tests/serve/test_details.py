@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 import aiayn.cli.serve as cli_serve
 from aiayn.cli import main
+from aiayn.engines.options import EngineOptions
 from aiayn.search.output import mean_log_prob
 from aiayn.search.words import Word, unsure_spans, words
 from aiayn.serve.api import json_route
@@ -30,7 +31,7 @@ LINES = [
 
 @pytest.fixture(scope="module")
 def service() -> TranslationService:
-    return TranslationService(device="cpu")
+    return TranslationService(EngineOptions(device="cpu"))
 
 
 def test_words_are_their_subwords_and_sum_their_log_probabilities() -> None:
@@ -70,7 +71,7 @@ def test_the_report_has_every_line_in_order_with_the_notes_flags(
     assert lines[2] == {**lines[2], "translation": "", "mean_log_prob": None, "unsure": False, "short": False}
     assert f"every line's score, flags and unsure words: {report}" in err
     # Each single-sentence line's score is the search's own, as `aiayn eval` scores the sentence.
-    model = TranslationService(device="cpu", split_clauses=False).model("en-de")
+    model = TranslationService(EngineOptions(device="cpu"), split_clauses=False).model("en-de")
     outputs = model.translator.outputs([model.translator.source_ids(LINES[i]) for i in (0, 1, 5)], model.settings(4))
     for line, output in zip([lines[0], lines[1], lines[5]], outputs, strict=True):
         assert line["mean_log_prob"] == mean_log_prob([output]) and line["log_prob"] == output.log_prob

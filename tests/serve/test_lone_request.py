@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.service import LoadedModel, Prepared, TranslationService
 
@@ -20,7 +21,7 @@ def test_a_lone_requests_sentences_are_searched_in_one_search(
 ) -> None:
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:8]
-    service = TranslationService(device="cpu")
+    service = TranslationService(EngineOptions(device="cpu"))
     model = service.model("en-de")
     alone = [service.translate(s, "en-de", 4).text for s in sentences]
     pieces = sum(len(model.prepare(s).src_ids) for s in sentences)  # a long caption is searched clause by clause

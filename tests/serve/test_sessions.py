@@ -11,6 +11,7 @@ import pytest
 from gradio_client import Client
 
 import aiayn.serve.server
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.page import build_app
 from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
@@ -21,7 +22,7 @@ KEPT = 5
 @pytest.fixture
 def app(bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[gr.Blocks]:
     monkeypatch.setattr(aiayn.serve.server, "SESSIONS_KEPT", KEPT)
-    page = build_app(TranslationService(device="cpu"), ["en-de"])
+    page = build_app(TranslationService(EngineOptions(device="cpu")), ["en-de"])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

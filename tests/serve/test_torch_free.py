@@ -27,11 +27,12 @@ import sys
 from gradio_client import Client
 
 from aiayn.cli import main
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.page import build_app
 from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
 
-service = TranslationService(engine="onnx", device="auto")
+service = TranslationService(EngineOptions("onnx", "auto"))
 print(service.translate("Two dogs play in the snow.", "en-de", 4).text)
 app = build_app(service)
 with socket.socket() as s:

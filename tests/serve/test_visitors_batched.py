@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings
 from aiayn.serve.batching import SearchBatcher
 from aiayn.serve.service import TranslationService
@@ -33,7 +34,7 @@ SENTENCES = [
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_sixteen_visitors_at_once_get_their_one_at_a_time_answers(bundled: dict[str, Path], beam: int) -> None:
-    service = TranslationService(device="cpu")
+    service = TranslationService(EngineOptions(device="cpu"))
     model = service.model("en-de")
     alone = [model.run(model.prepare(s), beam).text for s in SENTENCES]
     with ThreadPoolExecutor(len(SENTENCES)) as pool:

@@ -17,6 +17,7 @@ from aiayn.core.folder import SEARCH_SECTION, TRAINING_RECORD_FILE, ModelFolder
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.data.prepare import PreparedData
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings
 from aiayn.train.start import continued_search
 
@@ -98,7 +99,7 @@ def test_an_imported_folder_is_fine_tuned_and_its_tokenizers_kept(
     assert "greedy 20/20 identical, beam-4 20/20 identical (ONNX vs PyTorch)" in capsys.readouterr().out
     # Through the library: the CLI leaves out characters its vocabulary lacks alone, and a word-level one lacks
     # them all (SentencePiece, an imported checkpoint's, has them).
-    translator = translator_for(folder, load_engine(folder, "onnx", "cpu"))
+    translator = translator_for(folder, load_engine(folder, EngineOptions("onnx", "cpu")))
     for beam in (1, 4):
         [ids] = translator.translate_ids([translator.source_ids("the red cat sleeps")], SearchSettings(beam_size=beam))
         assert ids and not set(ids) & {tokens.pad, tokens.eos, tokens.unk}  # the search never chooses <pad>

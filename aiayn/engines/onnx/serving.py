@@ -87,11 +87,12 @@ class ServingEngine(Generic[S]):
         variant: str = "fp32",
         lanes: int = 1,
         graphs_for: str | None = None,
+        threads: int = 1,
     ) -> ServingEngine[Any]:
         """Build the serving graphs of ``variant`` (one of ``SERVING_VARIANTS[graphs_for]``) for ``graphs_for``'s
         ops (default: ``device``'s own) from a model folder's config.json and model.safetensors, and open them on
-        ``device`` (a resolved one: cpu or cuda). ``lanes`` searches may run a CPU engine at once, each on one
-        intra-op thread (the sessions are shared: each batch binds its own buffers)."""
+        ``device`` (a resolved one: cpu or cuda). ``lanes`` searches may run a CPU engine at once, each on
+        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         graphs_for = graphs_for or device
         if variant not in SERVING_VARIANTS[graphs_for]:
@@ -110,10 +111,10 @@ class ServingEngine(Generic[S]):
                 [quantize_int8(path, INT8_OPS) for path in paths] if variant == "int8" else [*paths]
             )
             if device == "cpu":
-                encoder, decoder = (open_session(model, [CPU], 1) for model in models)
+                encoder, decoder = (open_session(model, [CPU], threads) for model in models)
             else:
                 pairs = zip(paths, models, strict=True)
-                encoder, decoder = (open_on_device(path, model, device, 1) for path, model in pairs)
+                encoder, decoder = (open_on_device(path, model, device, threads) for path, model in pairs)
         check_built_graph(encoder, serving_spec.serving_encoder_spec(folder.config, ops))
         check_built_graph(decoder, serving_spec.serving_decoder_spec(folder.config, ops))
         if graphs_for == "cpu":
