@@ -104,10 +104,11 @@ def measure_serving(folder: Path, sentences: list[str], rounds: int) -> list[Ser
 
 def main() -> None:
     """The page on ``FOLDER`` at 127.0.0.1:``PORT``, ONNX Runtime on the CPU with the bench's threads."""
+    from aiayn.engines.options import EngineOptions
     from aiayn.serve.server import serve
 
     folder, port = sys.argv[1], int(sys.argv[2])
-    serve([folder], "127.0.0.1", port, device="cpu", cores=THREADS)
+    serve([folder], "127.0.0.1", port, options=EngineOptions(device="cpu", lanes=THREADS))
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         return
     from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_json, base_report, run_base_bench
     from aiayn.bench.base_size import FRAMINGS as BASE_FRAMINGS
-    from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA, with_baseline
+    from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA, Framing, with_baseline
     from aiayn.bench.run import FULL, QUICK, report, run_bench
 
     if args.device == "cuda":
@@ -95,7 +95,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
             )
     corpus = load_split_for(folder, "test_2016_flickr", args.data)
     plan, base_plan = (QUICK, BASE_QUICK) if args.quick else (FULL, BASE_FULL)
-    framings, base_framings = ((ON_CUDA,), (ON_CUDA,)) if args.device == "cuda" else (FRAMINGS, BASE_FRAMINGS)
+    framings: tuple[Framing, ...] = (ON_CUDA,) if args.device == "cuda" else FRAMINGS
+    base_framings: tuple[Framing, ...] = (ON_CUDA,) if args.device == "cuda" else BASE_FRAMINGS
     if args.baseline is not None:
         checkout = Path(args.baseline).resolve()
         if not (checkout / "aiayn" / "bench" / "worker.py").is_file():
