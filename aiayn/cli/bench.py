@@ -59,6 +59,11 @@ def cmd_bench(args: argparse.Namespace) -> None:
         sources = {pair_value(f): load_split_for(f, "test_2016_flickr", args.data).src for f in served}
         print(memory_report(measure_memory(sources)))
         return
+    if args.profile:
+        from aiayn.bench.profile import profile_sizes
+
+        print(profile_sizes(folder, load_split_for(folder, "test_2016_flickr", args.data).src, args.quick))
+        return
     if args.sessions:
         from aiayn.bench.sessions import measure_sessions, sessions_report
 
@@ -157,6 +162,12 @@ def add_bench(sub: Any) -> None:
         "translation's time, ms per caption and lines identical to `aiayn translate --variant`'s on 200 untidy test "
         "captions, greedy and beam 4, and the 1000 test captions alone against in batches of 32; then the "
         "downloads and ms per caption at the base size with opus-mt-en-de's vocabulary (--quick: fewer)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="where the serving decoder's time goes, by op type (ONNX Runtime's profiler, one thread): greedy and "
+        "beam 4, batch 1 and 32, on the model and at the paper's base size (random weights)",
     )
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     p.add_argument(

@@ -88,11 +88,13 @@ class ServingEngine(Generic[S]):
         lanes: int = 1,
         graphs_for: str | None = None,
         threads: int = 1,
+        profile_prefix: str = "",
     ) -> ServingEngine[Any]:
         """Build the serving graphs of ``variant`` (one of ``SERVING_VARIANTS[graphs_for]``) for ``graphs_for``'s
         ops (default: ``device``'s own) from a model folder's config.json and model.safetensors, and open them on
         ``device`` (a resolved one: cpu or cuda). ``lanes`` searches may run a CPU engine at once, each on
-        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers)."""
+        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers).
+        ``profile_prefix``: the CPU decoder's session runs under ONNX Runtime's profiler (``aiayn bench --profile``)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
         graphs_for = graphs_for or device
         if variant not in SERVING_VARIANTS[graphs_for]:
@@ -111,7 +113,8 @@ class ServingEngine(Generic[S]):
                 [quantize_int8(path, INT8_OPS) for path in paths] if variant == "int8" else [*paths]
             )
             if device == "cpu":
-                encoder, decoder = (open_session(model, [CPU], threads) for model in models)
+                encoder = open_session(models[0], [CPU], threads)
+                decoder = open_session(models[1], [CPU], threads, profile_prefix=profile_prefix)
             else:
                 pairs = zip(paths, models, strict=True)
                 encoder, decoder = (open_on_device(path, model, device, threads) for path, model in pairs)

@@ -48,7 +48,9 @@ class DeviceUnavailable(ValueError):
     """``--device cuda`` where ONNX Runtime cannot run on a GPU."""
 
 
-def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.SessionOptions:
+def session_options(threads: int, log_severity: int = ORT_WARNING, profile_prefix: str = "") -> ort.SessionOptions:
+    """``profile_prefix``: ONNX Runtime's profiler on, its JSON trace written to a file of that prefix when the
+    session's ``end_profiling`` is called (``aiayn bench --profile``)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -63,6 +65,9 @@ def session_options(threads: int, log_severity: int = ORT_WARNING) -> ort.Sessio
     # No CPU memory arena: the arena keeps, for the life of the session, room for the largest tensors any batch
     # needed, where malloc hands freed memory back (docs/speed.md, Memory).
     options.enable_cpu_mem_arena = False
+    if profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     return options
 
 
@@ -104,14 +109,15 @@ def open_session(
     threads: int,
     log_severity: int = ORT_WARNING,
     path: Path | None = None,
+    profile_prefix: str = "",
 ) -> ort.InferenceSession:
     """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix.
 
     ``model`` is a file or a serialized graph; ``path`` names the model folder's file it came from, if any (else
-    aiayn built it).
+    aiayn built it); ``profile_prefix`` turns ONNX Runtime's profiler on (``session_options``).
     """
     try:
-        return inference_session(model, session_options(threads, log_severity), providers)
+        return inference_session(model, session_options(threads, log_severity, profile_prefix), providers)
     except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         if path is None:
