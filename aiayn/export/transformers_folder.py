@@ -19,6 +19,7 @@ Writing the folder needs no PyTorch; measuring the ε's effect does, and is skip
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import tempfile
@@ -49,6 +50,10 @@ ACTIVATION_FUNCTIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}
 # than the ε differs.
 EPSILON_TOLERANCE = 1e-2
 HUB_NAME = "USER/aiayn-{src}-{tgt}"
+# --transformers-js: the subfolder of the graphs transformers.js loads (``transformers_js``), and config.json's key
+# for its defaults: the graphs are fp32, where its default on WASM is a q8 file.
+ONNX_FOLDER = "onnx"
+TRANSFORMERS_JS_CONFIG = {"transformers.js_config": {"dtype": "fp32"}}
 
 
 class NotMarian(ValueError):
@@ -186,7 +191,7 @@ def best_bleu(folder: ModelFolder) -> str | None:
     return None if bleu is None else f"{float(bleu):.2f}"
 
 
-def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> str:
+def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool, transformers_js: bool = False) -> str:
     """README.md: the Hub's front matter, what the model knows, how to load it and how it differs from ours."""
     config, imported = folder.config, folder.section(IMPORTED_SECTION)
     target = f" --tgt {config.tgt_lang}" if config.source_prefix else ""
@@ -231,6 +236,24 @@ def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> 
             f"It translates into {config.tgt_lang} only: its vocabulary holds the tokens of several target "
             f"languages, and tokenizer.json puts `{prefix}` before every source by itself, where OPUS-MT's "
             f"tokenizer expects the text to start with it. Do not add it to the text as well.",
+            "",
+        ]
+    if transformers_js:
+        lines += [
+            "In JavaScript, transformers.js runs the ONNX graphs in `onnx/` (fp32; `config.json` says so):",
+            "",
+            "```js",
+            'import { AutoModelForSeq2SeqLM, AutoTokenizer } from "@huggingface/transformers";',
+            "",
+            f'const tokenizer = await AutoTokenizer.from_pretrained("{name}");',
+            f'const model = await AutoModelForSeq2SeqLM.from_pretrained("{name}");',
+            'const inputs = await tokenizer(["A sentence."], { padding: true });',
+            "const ids = await model.generate({ ...inputs, num_beams: 1, max_new_tokens: 64 });",
+            "console.log(tokenizer.batch_decode(ids, { skip_special_tokens: true }));",
+            "```",
+            "",
+            "The graphs compute the aiayn model itself (its LayerNorm ε included); the decoder graph projects the "
+            "cross-attention's keys and values at every step rather than caching them.",
             "",
         ]
     if (folder.path / TARGET_TOKENIZER_FILE).is_file():
@@ -281,11 +304,14 @@ def measured_difference(folder: ModelFolder, out: Path) -> float | None:
     return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE)
 
 
-def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
-    """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all);
-    the report lines say what it holds, how it was checked, how to load and publish it."""
+def export_transformers(folder: ModelFolder, out: Path, transformers_js: bool = False) -> list[str]:
+    """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all), with
+    the ONNX graphs transformers.js loads where ``transformers_js`` (PyTorch exports them); the report lines say
+    what it holds, how it was checked, how to load and publish it."""
     config = folder.config
     refuse_what_marian_cannot_hold(config)
+    if transformers_js and importlib.util.find_spec("torch") is None:
+        raise ValueError("--transformers-js exports the model's ONNX graphs with PyTorch, which is not installed")
     folder.require([folder.weights_file, folder.tokenizer_file], "export a trained or imported folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} exists and is not an empty folder; choose a new one")
@@ -297,7 +323,7 @@ def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
         def write_json(name: str, data: dict[str, Any]) -> None:
             (staging / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
-        write_json("config.json", marian_config(config))
+        write_json("config.json", marian_config(config) | (TRANSFORMERS_JS_CONFIG if transformers_js else {}))
         write_json("generation_config.json", generation_config(folder))
         weights = marian_weights(folder)
         (staging / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
@@ -308,7 +334,12 @@ def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
         measured = measured_difference(folder, staging)
         difference = epsilon_note(config, measured)
         fits = ctranslate2_converter_fits(config, weights)
-        (staging / "README.md").write_text(model_card(folder, difference, fits), encoding="utf-8")
+        if transformers_js:
+            from aiayn.export.transformers_js import write_transformers_js_graphs
+
+            write_transformers_js_graphs(folder, staging / ONNX_FOLDER)
+        card = model_card(folder, difference, fits, transformers_js)
+        (staging / "README.md").write_text(card, encoding="utf-8")
         if out.exists():
             out.rmdir()
         shutil.move(str(staging), out)
@@ -319,6 +350,11 @@ def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
         f"{size / 1e6:.1f} MB ({folder.provenance()})",
         difference,
         f'load it: MarianMTModel.from_pretrained("{out}") and AutoTokenizer.from_pretrained("{out}")',
+        *(
+            [f"{out / ONNX_FOLDER}: the ONNX graphs transformers.js loads (fp32, the aiayn model's own function)"]
+            if transformers_js
+            else []
+        ),
         *([] if fits else ["ct2-transformers-converter does not fit it (see its README.md): use --to ctranslate2"]),
         f"publish it: hf repos create {name}",
         f"            hf upload {name} {out} .",

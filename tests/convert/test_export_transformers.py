@@ -11,8 +11,10 @@ comes back exact."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from aiayn.bench.web import CHROMIUM
 from aiayn.cli import main
 from aiayn.core.folder import WEIGHTS_FILE, ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, load_parallel
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     import torch
 
 SENTENCES = 200
+JS_SENTENCES = 50  # of them in Chromium (all 200: 200/200, docs/models.md)
 # Both searches stop at this many tokens whatever the source's length (generate's max_new_tokens, our max_len), so
 # that generate takes all sentences in one batch; a random model's outputs reach it.
 MAX_OUTPUT = 40
@@ -76,7 +80,9 @@ def exported(
             else:
                 source = trained_post_ln if kind == "trained" else tiny_folder
             out = root / "hf"
-            assert main(["export", str(source), "--to", "transformers", "--out", str(out)]) == 0
+            # The random folder's export carries transformers.js's graphs too (and comes back from them alike).
+            graphs = ["--transformers-js"] if kind == "random" else []
+            assert main(["export", str(source), "--to", "transformers", "--out", str(out), *graphs]) == 0
             made[kind] = ModelFolder.open(source), out
         return made[kind]
 
@@ -299,3 +305,111 @@ def test_a_multi_target_folder_puts_its_token_before_every_source(
     assert "puts `>>por<<` before every source by itself" in (out / "README.md").read_text()
     assert main(["import", str(out), "--tgt", "por", "--out", str(back)]) == 0
     assert ModelFolder.open(back).config == folder.config
+
+
+TRANSFORMERS_JS = "4.3.2"  # @huggingface/transformers, installed by npm from the user's configured registry
+# The page: transformers.js and the ONNX Runtime it imports, from the installed packages, the model from the folder,
+# nothing from elsewhere (allowRemoteModels false; the test aborts every other request and fails on any).
+PAGE = """<!doctype html>
+<meta charset="utf-8">
+<script type="importmap">
+{"imports": {
+  "@huggingface/transformers": "/node_modules/@huggingface/transformers/dist/transformers.web.js",
+  "onnxruntime-web/webgpu": "/node_modules/onnxruntime-web/dist/ort.webgpu.bundle.min.mjs",
+  "onnxruntime-common": "/node_modules/onnxruntime-web/dist/ort.webgpu.bundle.min.mjs"
+}}
+</script>
+<script type="module">
+import { env, AutoTokenizer, AutoModelForSeq2SeqLM } from "@huggingface/transformers";
+Object.assign(env, { allowRemoteModels: false, allowLocalModels: true, localModelPath: "/models/" });
+Object.assign(env, { useBrowserCache: false, useWasmCache: false });
+env.backends.onnx.wasm.wasmPaths = "/node_modules/onnxruntime-web/dist/";
+window.translate = async (texts, maxNewTokens) => {
+  const tokenizer = await AutoTokenizer.from_pretrained("hf");
+  const model = await AutoModelForSeq2SeqLM.from_pretrained("hf", { device: "wasm" });
+  const inputs = await tokenizer(texts, { padding: true });
+  const ids = await model.generate({ ...inputs, num_beams: 1, do_sample: false, max_new_tokens: maxNewTokens });
+  return { sources: texts.map((text) => tokenizer.encode(text)), outputs: ids.tolist().map((row) => row.map(Number)) };
+};
+window.ready = true;
+</script>
+"""
+
+
+@pytest.fixture(scope="session")
+def transformers_js() -> Path:
+    """node_modules holding @huggingface/transformers and its ONNX Runtime, installed once by npm into aiayn's npm
+    cache (no install scripts, no optional packages: the browser needs neither onnxruntime-node's binaries nor
+    sharp's)."""
+    from aiayn.export.npm import CACHE_DIR
+
+    prefix = CACHE_DIR / f"transformers.js-{TRANSFORMERS_JS}"
+    installed = prefix / "node_modules" / "@huggingface" / "transformers" / "package.json"
+    if installed.is_file() and json.loads(installed.read_text())["version"] == TRANSFORMERS_JS:
+        return prefix / "node_modules"
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: apt-get install -y npm")
+    prefix.mkdir(parents=True, exist_ok=True)
+    (prefix / "package.json").write_text('{"private": true}\n')
+    flags = ["--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund", "--prefix", str(prefix)]
+    result = subprocess.run(
+        [npm, "install", *flags, f"@huggingface/transformers@{TRANSFORMERS_JS}"], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        pytest.skip(
+            f"npm could not install @huggingface/transformers@{TRANSFORMERS_JS}: {result.stderr.strip()[-300:]}"
+        )
+    return prefix / "node_modules"
+
+
+def transformers_js_translations(out: Path, node_modules: Path, texts: list[str]) -> dict[str, list[list[int]]]:
+    """transformers.js in Chromium on the exported folder: each text's source ids and generated ids (greedy, at
+    most MAX_OUTPUT new tokens, all in one padded batch)."""
+    from aiayn.bench.web import chromium, served_folder
+
+    with tempfile.TemporaryDirectory(prefix="aiayn-transformers-js-") as name:
+        site = Path(name)
+        (site / "index.html").write_text(PAGE, encoding="utf-8")
+        (site / "node_modules").symlink_to(node_modules)
+        (site / "models").mkdir()
+        (site / "models" / "hf").symlink_to(out)
+        elsewhere: list[str] = []
+        with served_folder(site, isolated=False) as url, chromium() as browser:
+            page = browser.new_page()
+
+            def only_local(route: Any) -> None:
+                if route.request.url.startswith(url):
+                    route.continue_()
+                else:
+                    elsewhere.append(route.request.url)
+                    route.abort()
+
+            page.route("**/*", only_local)
+            page.goto(url)
+            page.wait_for_function("window.ready === true")
+            result = page.evaluate("([texts, n]) => window.translate(texts, n)", [texts, MAX_OUTPUT])
+    assert not elsewhere, f"the page asked for files elsewhere: {elsewhere}"
+    return dict(result)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed: apt-get install -y chromium")
+def test_transformers_js_translates_as_ours_in_chromium(
+    exported: Callable[[str], tuple[ModelFolder, Path]], transformers_js: Path, flickr: list[str]
+) -> None:
+    """transformers.js loads the folder (its onnx/ graphs, tokenizer.json, generation_config.json) from local files
+    in Chromium: its tokenizer gives our source ids, its greedy `generate` our outputs, but for at most one
+    sentence (WASM's kernels sum in another order). JS_SENTENCES of the 200 here."""
+    folder, out = exported("random")
+    texts = flickr[:JS_SENTENCES]
+    got = transformers_js_translations(out, transformers_js, texts)
+    src = [folder.tokenizer.encode_source(text) for text in texts]
+    assert got["sources"] == src
+    translator = translator_for(folder, load_engine(folder, "torch", "cpu"))
+    ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
+    eos = folder.config.special_tokens.eos
+    theirs = [row[1:][: row[1:].index(eos)] if eos in row[1:] else row[1:] for row in got["outputs"]]
+    same = sum(a == b for a, b in zip(ours, theirs, strict=True))
+    distinct = len({tuple(ids) for ids in ours})
+    print(f"transformers.js {TRANSFORMERS_JS}: greedy {same}/{len(texts)} identical ({distinct} distinct outputs)")
+    assert distinct > 5 and same >= len(texts) - 1
