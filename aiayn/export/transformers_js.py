@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 import aiayn
+from aiayn.convert.marian_layout import FOLDED_START_BIAS
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import EXPORTER_KEY, GraphSpec, TensorSpec, stamp
 from aiayn.core.folder import ModelFolder
@@ -61,7 +62,7 @@ def encoder_model_spec(config: ModelConfig) -> GraphSpec:
     )
 
 
-def decoder_model_spec(config: ModelConfig) -> GraphSpec:
+def decoder_model_spec(config: ModelConfig, folded: bool) -> GraphSpec:
     return GraphSpec(
         DECODER_MODEL,
         inputs=(
@@ -76,7 +77,9 @@ def decoder_model_spec(config: ModelConfig) -> GraphSpec:
             *self_attention_cache(config, "past_key_values", "past_decoder_sequence_length"),
         ),
         outputs=(
-            TensorSpec("logits", "float32", (BATCH, "decoder_sequence_length", config.vocab_size), "next-token logits"),
+            TensorSpec(
+                "logits", "float32", (BATCH, "decoder_sequence_length", config.vocab_size + folded), "next-token logits"
+            ),
             *self_attention_cache(config, "present", "total_decoder_sequence_length"),
         ),
     )
@@ -93,11 +96,13 @@ class EncoderModel(nn.Module):
 
 class DecoderModel(nn.Module):
     """One step: the cross-attention's keys and values projected from the encoder's output, the position of the
-    first new token read off the past keys' length."""
+    first new token read off the past keys' length. Where the folder's start is folded (``FOLDED_START``), the
+    written model's start id, one past our vocabulary, is our <s>, and its logit is the appended row's, its bias."""
 
-    def __init__(self, model: Transformer) -> None:
+    def __init__(self, model: Transformer, folded: bool) -> None:
         super().__init__()
         self.model = model
+        self.folded = folded
 
     def forward(
         self, input_ids: Tensor, encoder_attention_mask: Tensor, encoder_hidden_states: Tensor, *past: Tensor
@@ -105,8 +110,15 @@ class DecoderModel(nn.Module):
         cross = self.model.start_cache(encoder_hidden_states).cross_kv
         offset = torch._shape_as_tensor(past[0])[2]  # a Shape in the graph, not the traced length
         allowed = encoder_attention_mask.bool()[:, None, None, :]  # (batch, 1, 1, src_len)
+        config = self.model.config
+        if self.folded:
+            input_ids = torch.where(input_ids == config.vocab_size, config.special_tokens.bos, input_ids)
         out = self.model.decode(input_ids, KVCache(past, cross), allowed, offset=offset)
-        return (out.logits, *out.cache.self_kv)  # logits (batch, new_len, vocab)
+        logits = out.logits  # (batch, new_len, vocab)
+        if self.folded:
+            start = logits.new_full((*logits.shape[:2], 1), FOLDED_START_BIAS)
+            logits = torch.cat([logits, start], dim=-1)  # (batch, new_len, vocab + 1)
+        return (logits, *out.cache.self_kv)
 
 
 def example_inputs(config: ModelConfig) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
@@ -121,9 +133,9 @@ def example_inputs(config: ModelConfig) -> tuple[tuple[Tensor, ...], tuple[Tenso
     return (input_ids,), (torch.randint(4, config.vocab_size, (batch, new_len)), mask, memory, *past)
 
 
-def write_transformers_js_graphs(folder: ModelFolder, target: Path) -> list[Path]:
+def write_transformers_js_graphs(folder: ModelFolder, target: Path, folded: bool) -> list[Path]:
     """``target`` (new) with the two graphs of the folder's model (weights stored as float16, as in the folder, and
-    computed in float32); the files written."""
+    computed in float32), which start from the appended row's id where ``folded``; the files written."""
     model = load_model(folder).eval().to("cpu")
     require_folder_weights(model, folder)
     config = model.config
@@ -137,7 +149,7 @@ def write_transformers_js_graphs(folder: ModelFolder, target: Path) -> list[Path
     with tempfile.TemporaryDirectory(prefix="aiayn-transformers-js-") as tmp, torch.no_grad():
         for module, args, spec in (
             (EncoderModel(model), encoder_args, encoder_model_spec(config)),
-            (DecoderModel(model), decoder_args, decoder_model_spec(config)),
+            (DecoderModel(model, folded), decoder_args, decoder_model_spec(config, folded)),
         ):
             draft = Path(tmp) / spec.file
             export_graph(module, args, spec, draft)
