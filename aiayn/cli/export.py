@@ -61,6 +61,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     variants = [v for v in (args.variant or "").split(",") if v]
     if args.to in ("web", "space") and len(variants) > 1:
         raise UserError(f"--to {args.to} serves one variant: --variant fp32, w8 or w4 (not {args.variant})")
+    if args.transformers_js and args.to != "transformers":
+        raise UserError("--transformers-js goes with --to transformers")
     if args.to in ("ctranslate2", "transformers") and variants:
         raise UserError(f"--variant goes with --to onnx, web or space; --to {args.to} writes the fp32 weights")
     if args.to == "web":
@@ -78,7 +80,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.to == "transformers":
         from aiayn.export.transformers_folder import export_transformers
 
-        for line in export_transformers(folder, Path(args.out)):
+        for line in export_transformers(folder, Path(args.out), args.transformers_js):
             print(line)
         return
 
@@ -110,6 +112,11 @@ def add_export(sub: Any) -> None:
         "transformers need --out; no PyTorch, but transformers measures its one difference with it)",
     )
     p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web, space or transformers writes")
+    p.add_argument(
+        "--transformers-js",
+        action="store_true",
+        help="--to transformers: write onnx/ too, the ONNX graphs transformers.js loads (exported with PyTorch)",
+    )
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from aiayn.convert.marian_layout import (
+    FOLDED_START,
     MARIAN_LOGITS_BIAS,
     ORIGINAL_POSITIONS,
     SHARED_EMBEDDING,
@@ -273,11 +274,12 @@ class Checkpoint:
         unk = vocab.get(SPECIAL_TOKEN_TEXT["unk"])
         if unk is None:
             raise UnsupportedCheckpoint("the vocabulary has no <unk> token")
-        start = int(c.get("decoder_start_token_id", pad))
-        bad_words = {int(ids[0]) for ids in self.generation.get("bad_words_ids") or []}
+        start = int(c.get(FOLDED_START, c.get("decoder_start_token_id", pad)))
+        rows = self.rows
+        bad_words = {int(ids[0]) for ids in self.generation.get("bad_words_ids") or []} - {rows}
         languages = {vocab[token] for token in self.language_tokens().values()}
         return ModelConfig(
-            vocab_size=int(c["vocab_size"]),
+            vocab_size=rows,
             d_model=int(c["d_model"]),
             n_heads=int(c["encoder_attention_heads"]),
             d_ff=int(c["encoder_ffn_dim"]),
@@ -300,6 +302,17 @@ class Checkpoint:
             never_generate=tuple(sorted(bad_words | languages)),
             source_prefix=() if target_token is None else (vocab[target_token],),
         )
+
+    @property
+    def rows(self) -> int:
+        """The vocabulary's size as ours: without the row of zeros that `aiayn export` appended to start from
+        where it folded the start (``FOLDED_START``)."""
+        return int(self.config["vocab_size"]) - (FOLDED_START in self.config)
+
+    @property
+    def their_start(self) -> int | None:
+        """The id the checkpoint's decoder starts from, where it is not the one our model starts from."""
+        return int(self.config["decoder_start_token_id"]) if FOLDED_START in self.config else None
 
     def search_defaults(self) -> dict[str, Any]:
         g = self.generation
@@ -331,6 +344,9 @@ def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor], order: list[
     for tied in TIED_COPIES:
         if tied in theirs and not torch.equal(theirs[tied], state[EMBEDDING]):
             raise UnsupportedCheckpoint(f"{tied} differs from {SHARED_EMBEDDING}: untied embeddings (§3.4)")
+    for name in (EMBEDDING, LOGITS_BIAS):  # a folded start's appended row (Checkpoint.rows), which ours lack
+        if name in state and state[name].size(0) == config.vocab_size + 1:
+            state[name] = state[name][: config.vocab_size]
     if order is not None:
         index = torch.tensor(order)
         for ours, tensor in state.items():
@@ -347,21 +363,30 @@ def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor], order: list[
 
 
 def check_against_checkpoint(
-    model: Transformer, path: Path, tokenizer: SubwordTokenizer, tolerance: float = CHECK_TOLERANCE
+    model: Transformer,
+    path: Path,
+    tokenizer: SubwordTokenizer,
+    tolerance: float = CHECK_TOLERANCE,
+    their_start: int | None = None,
 ) -> float:
     """The largest |Δ log-probability| between our model and the checkpoint's ``MarianMTModel`` (its weights
-    rounded as ours are) over teacher-forced sentences; refuses the import (or export) above ``tolerance``."""
+    rounded as ours are) over teacher-forced sentences; refuses the import (or export) above ``tolerance``.
+    ``their_start``: the id the checkpoint's decoder starts from where it is not ours (a folded start, whose
+    appended row the checkpoint never generates and our model does not have)."""
     from transformers import MarianMTModel
 
     reference = MarianMTModel.from_pretrained(str(path)).eval()
     with torch.no_grad():
         for name, tensor in [*reference.named_parameters(), *reference.named_buffers()]:
-            if not name.endswith("embed_positions.weight"):  # computed, as ours are; never stored
+            if not name.endswith("embed_positions.weight"):  # computed as ours are, or a folded start's, float32
                 tensor.copy_(tensor.to(STORAGE_DTYPE).float())
         src = torch.tensor([tokenizer.encode_source(CHECK_SOURCE)])  # (1, src_len)
         start = model.config.special_tokens.bos
-        tgt = torch.tensor([[start, *tokenizer.encode_target_batch([CHECK_TARGET])[0]]])  # (1, 1 + tgt_len)
-        theirs = reference(input_ids=src, decoder_input_ids=tgt).logits.log_softmax(-1)
+        target = tokenizer.encode_target_batch([CHECK_TARGET])[0]
+        tgt = torch.tensor([[start, *target]])  # (1, 1 + tgt_len)
+        their_tgt = torch.tensor([[start if their_start is None else their_start, *target]])
+        logits = reference(input_ids=src, decoder_input_ids=their_tgt).logits  # (1, 1 + tgt_len, vocab (+ 1))
+        theirs = logits[..., : model.config.vocab_size].log_softmax(-1)
         ours = model(src, tgt).log_softmax(-1)
     diff = float((theirs - ours).abs().max())
     if not diff <= tolerance:
@@ -383,7 +408,8 @@ def import_marian(
     src_lang, tgt_lang = checkpoint.languages(source, src_lang, tgt_lang)
     theirs = checkpoint.state_dict()
     bias = theirs.get("final_logits_bias")
-    config = checkpoint.model_config(src_lang, tgt_lang, bias is not None and bool(bias.any()), target_token)
+    has_bias = bias is not None and bool(bias.reshape(-1)[: checkpoint.rows].any())  # a folded start's row aside
+    config = checkpoint.model_config(src_lang, tgt_lang, has_bias, target_token)
     tokenizer = checkpoint.tokenizer(config.source_prefix)
     if tokenizer.vocab_size != config.vocab_size:
         raise UnsupportedCheckpoint(
@@ -393,7 +419,7 @@ def import_marian(
     order = inverse(halves_order(config.d_model)) if config.positions == "interleaved" else None
     load_state_strict(model, our_state(config, theirs, order), str(checkpoint.path))
     model.eval()
-    diff = check_against_checkpoint(model, checkpoint.path, tokenizer)
+    diff = check_against_checkpoint(model, checkpoint.path, tokenizer, their_start=checkpoint.their_start)
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):

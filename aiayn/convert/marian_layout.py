@@ -13,6 +13,8 @@ weights, and the logits x·Eᵀ are unchanged: the same function, exactly, in th
 
 from __future__ import annotations
 
+import numpy as np
+
 from aiayn.core import weight_spec as spec
 from aiayn.core.config import ModelConfig
 
@@ -23,6 +25,15 @@ TIED_COPIES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.
 # A key of config.json that `aiayn export --to transformers` adds where the folder it came from had the interleaved
 # layout, so that `aiayn import` gives that folder back: transformers keeps keys it does not know, unread.
 ORIGINAL_POSITIONS = "aiayn_positions"
+# Where a folder of ours starts its decoder from a learned <s>, the export starts it as Marian's own models do: from
+# an appended last id whose row is zeros (the one CTranslate2's converter drops), with <s>'s scaled embedding folded
+# into row 0 of the decoder's position table, which the file then stores. This config.json key keeps <s>'s id for
+# `aiayn import`, which drops the appended row again.
+FOLDED_START = "aiayn_start_token_id"
+# The appended row's logits bias: float16's lowest, so that its probability is 0 in float32 and every other token's
+# log-probability is the folder's (generate's beam search normalizes before it bans a token).
+FOLDED_START_BIAS = -65504.0
+DECODER_POSITIONS = "model.decoder.embed_positions.weight"
 PROJECTIONS = {spec.W_Q: "q_proj", spec.W_K: "k_proj", spec.W_V: "v_proj", spec.W_O: "out_proj"}
 
 
@@ -88,3 +99,10 @@ def model_axis(name: str) -> int | None:
     if last in (spec.W_Q, spec.W_K, spec.W_V, spec.W_1) and kind == spec.WEIGHT:  # they read it
         return 1
     return None
+
+
+def marian_sinusoids(n_positions: int, d_model: int) -> np.ndarray:
+    """(n_positions, d_model) float32: the table transformers' ``MarianSinusoidalPositionalEmbedding`` computes,
+    the sines of every position, then its cosines, in float64 first as it does."""
+    angles = np.arange(n_positions)[:, None] / np.power(10000, 2 * (np.arange(d_model) // 2) / d_model)[None, :]
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1).astype(np.float32)

@@ -7,19 +7,26 @@ of ours: Marian's ``config.json`` and ``generation_config.json`` (the folder's b
 ``model.safetensors`` under Marian's names (``aiayn.convert.marian_layout``, the table `aiayn import` reads by),
 ``tokenizer.json`` with a post-processor that adds ``</s>`` (and a multi-target folder's ``>>por<<``) as
 ``MarianTokenizer`` does, a ``tokenizer_config.json`` for ``AutoTokenizer`` and a model card.
-``ct2-transformers-converter`` converts it where the folder follows Marian's own conventions
-(``ctranslate2_converter_fits``), an imported OPUS-MT folder's; the card says so where it does not.
+
+Marian's own models start the decoder from the last id, ``<pad>``, whose row is zeros, and CTranslate2's converter
+counts on it: it drops that row and starts from a zero vector. An imported OPUS-MT folder does so already; a folder
+trained by aiayn starts from a learned ``<s>``, so the export appends a row of zeros to start from and folds
+``<s>``'s scaled embedding into the decoder's position 0 (``marian_weights``, ``FOLDED_START``): the same function,
+which the converter then makes too.
 
 Two differences remain between a native folder and Marian. Our sinusoids interleave sin and cos, Marian's come
 in halves: the weights are permuted along the model dimension, which is the same function exactly. Our
 LayerNorm's ε is 1e-6, Marian's 1e-5 and fixed: that one changes the numbers a little, and the export states by
 how much (``measured_difference``). What Marian cannot express, a pre-LN folder above all, is refused in one line.
-Writing the folder needs no PyTorch; measuring the ε's effect does, and is skipped, said so, without it.
+Writing the folder needs no PyTorch; measuring the ε's effect does, and is skipped, said so, without it, and so
+does writing the graphs transformers.js runs (``transformers_js``, ``--transformers-js``), refused without it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,17 +37,22 @@ from safetensors.numpy import load_file, save
 from tokenizers import Tokenizer, processors
 
 from aiayn.convert.marian_layout import (
+    DECODER_POSITIONS,
+    FOLDED_START,
+    FOLDED_START_BIAS,
     MARIAN_LOGITS_BIAS,
     ORIGINAL_POSITIONS,
     SHARED_EMBEDDING,
     halves_order,
     marian_names,
+    marian_sinusoids,
     model_axis,
 )
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import IMPORTED_SECTION, ModelFolder
 from aiayn.core.normalizer import is_tidy, tidied
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
+from aiayn.core.weight_spec import EMBEDDING
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which Marian's layers use and its config cannot change
 # transformers' names for our activations (config.ACTIVATIONS); "gelu" is the erf one in both.
@@ -49,6 +61,10 @@ ACTIVATION_FUNCTIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}
 # than the ε differs.
 EPSILON_TOLERANCE = 1e-2
 HUB_NAME = "USER/aiayn-{src}-{tgt}"
+# --transformers-js: the subfolder of the graphs transformers.js loads (``transformers_js``), and config.json's key
+# for its defaults: the graphs are fp32, where its default on WASM is a q8 file.
+ONNX_FOLDER = "onnx"
+TRANSFORMERS_JS_CONFIG = {"transformers.js_config": {"dtype": "fp32"}}
 
 
 class NotMarian(ValueError):
@@ -64,14 +80,28 @@ def refuse_what_marian_cannot_hold(config: ModelConfig) -> None:
         )
 
 
-def marian_config(config: ModelConfig) -> dict[str, Any]:
-    """config.json: Marian's architecture keys, with our sizes, activation, token ids and dropout."""
+def starts_as_marian(config: ModelConfig, embedding: np.ndarray) -> bool:
+    """Whether the decoder starts as Marian's own models do: from the last id, ``<pad>``, whose row is zeros (an
+    imported OPUS-MT folder). ``embedding``: (vocab, d_model), ours."""
     tokens = config.special_tokens
+    return tokens.bos == tokens.pad == config.vocab_size - 1 and not embedding[tokens.bos].any()
+
+
+def decoder_start(config: ModelConfig, folded: bool) -> int:
+    """The id the written model starts decoding from: the appended row's, where the start is folded."""
+    return config.vocab_size if folded else config.special_tokens.bos
+
+
+def marian_config(config: ModelConfig, folded: bool) -> dict[str, Any]:
+    """config.json: Marian's architecture keys, with our sizes, activation, token ids and dropout; one id more
+    than the folder's where the start is folded (the appended row, which no token of tokenizer.json names)."""
+    tokens = config.special_tokens
+    rows = config.vocab_size + folded
     marian = {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
-        "vocab_size": config.vocab_size,
-        "decoder_vocab_size": config.vocab_size,
+        "vocab_size": rows,
+        "decoder_vocab_size": rows,
         "share_encoder_decoder_embeddings": True,
         "tie_word_embeddings": True,
         "d_model": config.d_model,
@@ -90,7 +120,7 @@ def marian_config(config: ModelConfig) -> dict[str, Any]:
         "pad_token_id": tokens.pad,
         "eos_token_id": tokens.eos,
         "bos_token_id": tokens.bos,
-        "decoder_start_token_id": tokens.bos,
+        "decoder_start_token_id": decoder_start(config, folded),
         "forced_eos_token_id": None,  # MarianConfig's default forces id 0 at the length limit; our search does not
         "is_encoder_decoder": True,
         # The weights are stored as float16 (as in the folder), computed in float32 as every engine of ours does.
@@ -98,15 +128,18 @@ def marian_config(config: ModelConfig) -> dict[str, Any]:
     }
     if config.positions == "interleaved":
         marian[ORIGINAL_POSITIONS] = "interleaved"
+    if folded:
+        marian[FOLDED_START] = tokens.bos
     return marian
 
 
-def generation_config(folder: ModelFolder) -> dict[str, Any]:
-    """generation_config.json: the folder's search defaults as ``generate`` takes them."""
+def generation_config(folder: ModelFolder, folded: bool) -> dict[str, Any]:
+    """generation_config.json: the folder's search defaults as ``generate`` takes them; the appended start row is
+    never generated, as Marian's models never generate their ``<pad>``."""
     config, search = folder.config, folder.search_defaults()
     tokens = config.special_tokens
     generation: dict[str, Any] = {
-        "decoder_start_token_id": tokens.bos,
+        "decoder_start_token_id": decoder_start(config, folded),
         "bos_token_id": tokens.bos,
         "eos_token_id": tokens.eos,
         "pad_token_id": tokens.pad,
@@ -115,17 +148,17 @@ def generation_config(folder: ModelFolder) -> dict[str, Any]:
         "num_beams": int(search.get("beam_size", 4)),
         "length_penalty": float(search.get("length_penalty", 0.6)),
     }
-    if config.never_generate:
-        generation["bad_words_ids"] = [[i] for i in config.never_generate]
+    banned = [*config.never_generate, *([decoder_start(config, folded)] if folded else [])]
+    if banned:
+        generation["bad_words_ids"] = [[i] for i in banned]
     return generation
 
 
-def marian_weights(folder: ModelFolder) -> dict[str, np.ndarray]:
+def marian_weights(config: ModelConfig, ours: dict[str, np.ndarray], folded: bool) -> dict[str, np.ndarray]:
     """model.safetensors under Marian's names, permuted into the halves layout where ours interleave; float16 as
-    stored, so nothing is rounded."""
-    config = folder.config
-    folder.check_weights()
-    ours = load_file(str(folder.weights_file))
+    stored, so nothing is rounded. Where the start is folded, a row of zeros appended to the embedding to start
+    from, whose logits bias keeps it from taking any probability (``FOLDED_START_BIAS``), and the decoder's position
+    table, float32, whose row 0 holds what our decoder's first input adds to it: <s>'s scaled embedding."""
     order = halves_order(config.d_model) if config.positions == "interleaved" else None
     theirs: dict[str, np.ndarray] = {}
     for name, marian in marian_names(config).items():
@@ -135,16 +168,20 @@ def marian_weights(folder: ModelFolder) -> dict[str, np.ndarray]:
         theirs[marian] = np.ascontiguousarray(tensor)
     if MARIAN_LOGITS_BIAS in theirs:  # a buffer of every MarianMTModel, which starts as zeros where none is stored
         theirs[MARIAN_LOGITS_BIAS] = theirs[MARIAN_LOGITS_BIAS].reshape(1, -1)
+    if folded:
+        embedding = theirs[SHARED_EMBEDDING]
+        start = embedding[config.special_tokens.bos].astype(np.float32) * np.float32(embedding_scale(config))
+        positions = marian_sinusoids(config.max_len, config.d_model)
+        positions[0] += start
+        theirs[DECODER_POSITIONS] = positions
+        theirs[SHARED_EMBEDDING] = np.concatenate([embedding, np.zeros_like(embedding[:1])])
+        bias = theirs.get(MARIAN_LOGITS_BIAS, np.zeros((1, config.vocab_size), embedding.dtype))
+        theirs[MARIAN_LOGITS_BIAS] = np.concatenate([bias, np.full_like(bias[:, :1], FOLDED_START_BIAS)], axis=1)
     return theirs
 
 
-def ctranslate2_converter_fits(config: ModelConfig, weights: dict[str, np.ndarray]) -> bool:
-    """Whether ``ct2-transformers-converter`` makes this model: its Marian loader drops the last id as the
-    ``<pad>`` that transformers appended, and starts the decoder from a zero embedding, as Marian's own models do
-    (the appended ``<pad>``'s row is zeros). A folder trained by aiayn starts from ``<s>``, a learned row."""
-    tokens = config.special_tokens
-    start_row = weights[SHARED_EMBEDDING][tokens.bos]
-    return tokens.bos == tokens.pad == config.vocab_size - 1 and not start_row.any()
+def embedding_scale(config: ModelConfig) -> float:
+    return math.sqrt(config.d_model) if config.scale_embedding else 1.0
 
 
 def with_source_template(raw: Tokenizer, config: ModelConfig) -> Tokenizer:
@@ -186,7 +223,7 @@ def best_bleu(folder: ModelFolder) -> str | None:
     return None if bleu is None else f"{float(bleu):.2f}"
 
 
-def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> str:
+def model_card(folder: ModelFolder, difference: str, folded: bool, transformers_js: bool = False) -> str:
     """README.md: the Hub's front matter, what the model knows, how to load it and how it differs from ours."""
     config, imported = folder.config, folder.section(IMPORTED_SECTION)
     target = f" --tgt {config.tgt_lang}" if config.source_prefix else ""
@@ -221,7 +258,7 @@ def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> 
         "",
         f'With transformers 4, `pipeline("translation", model="{name}")` translates as well (transformers 5 '
         "removed that task). The tokenizer is `tokenizer.json`, which needs no SentencePiece; "
-        f"`generation_config.json` holds the beam size ({generation_config(folder)['num_beams']}) and length "
+        f"`generation_config.json` holds the beam size ({generation_config(folder, folded)['num_beams']}) and length "
         "penalty the model was tuned with.",
         "",
     ]
@@ -233,6 +270,24 @@ def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> 
             f"tokenizer expects the text to start with it. Do not add it to the text as well.",
             "",
         ]
+    if transformers_js:
+        lines += [
+            "In JavaScript, transformers.js runs the ONNX graphs in `onnx/` (fp32; `config.json` says so):",
+            "",
+            "```js",
+            'import { AutoModelForSeq2SeqLM, AutoTokenizer } from "@huggingface/transformers";',
+            "",
+            f'const tokenizer = await AutoTokenizer.from_pretrained("{name}");',
+            f'const model = await AutoModelForSeq2SeqLM.from_pretrained("{name}");',
+            'const inputs = await tokenizer(["A sentence."], { padding: true });',
+            "const ids = await model.generate({ ...inputs, num_beams: 1, max_new_tokens: 64 });",
+            "console.log(tokenizer.batch_decode(ids, { skip_special_tokens: true }));",
+            "```",
+            "",
+            "The graphs compute the aiayn model itself (its LayerNorm ε included); the decoder graph projects the "
+            "cross-attention's keys and values at every step rather than caching them.",
+            "",
+        ]
     if (folder.path / TARGET_TOKENIZER_FILE).is_file():
         lines += [
             f"The target side has its own tokenizer, `{TARGET_TOKENIZER_FILE}` (load it with "
@@ -240,12 +295,15 @@ def model_card(folder: ModelFolder, difference: str, ctranslate2_fits: bool) -> 
             "only `tokenizer.json`.",
             "",
         ]
-    if not ctranslate2_fits:
+    if folded:
+        start = decoder_start(config, folded)
         lines += [
-            "CTranslate2's `ct2-transformers-converter` does not convert this model as it is: it takes the last id "
-            "for a `<pad>` to drop and starts the decoder from a zero embedding, as Marian's own models do, where "
-            "this one starts from a learned `<s>`. aiayn's `aiayn export MODEL --to ctranslate2` writes its "
-            "CTranslate2 model.",
+            f"The decoder starts from id {start}, a row of zeros after the tokenizer's {config.vocab_size} tokens "
+            "(never generated), as Marian's own models start from theirs, and `<s>`'s embedding, which the aiayn "
+            "model starts from, is folded into row 0 of the decoder's position table, stored in `model.safetensors`. "
+            "So CTranslate2's `ct2-transformers-converter` converts it as it is. transformers' `save_pretrained` "
+            "does not save that table (it recomputes it on loading): a copy saved by it starts differently, so "
+            "share this folder's own `model.safetensors`.",
             "",
         ]
     lines += [
@@ -267,9 +325,10 @@ def epsilon_note(config: ModelConfig, measured: float | None) -> str:
     return f"{what}: it changes the log-probabilities by at most {measured:.1e} on the export's check sentences."
 
 
-def measured_difference(folder: ModelFolder, out: Path) -> float | None:
-    """The largest |Δ log-prob| between the folder's model and the written MarianMTModel, teacher-forced (the
-    check of `aiayn import`, ``check_against_checkpoint``); None where PyTorch or transformers is missing."""
+def measured_difference(folder: ModelFolder, out: Path, start: int) -> float | None:
+    """The largest |Δ log-prob| between the folder's model and the written MarianMTModel (which starts from
+    ``start``), teacher-forced (the check of `aiayn import`, ``check_against_checkpoint``); None where PyTorch or
+    transformers is missing."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -278,14 +337,17 @@ def measured_difference(folder: ModelFolder, out: Path) -> float | None:
     from aiayn.convert.marian import check_against_checkpoint
     from aiayn.model.weights import load_model
 
-    return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE)
+    return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE, start)
 
 
-def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
-    """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all);
-    the report lines say what it holds, how it was checked, how to load and publish it."""
+def export_transformers(folder: ModelFolder, out: Path, transformers_js: bool = False) -> list[str]:
+    """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all), with
+    the ONNX graphs transformers.js loads where ``transformers_js`` (PyTorch exports them); the report lines say
+    what it holds, how it was checked, how to load and publish it."""
     config = folder.config
     refuse_what_marian_cannot_hold(config)
+    if transformers_js and importlib.util.find_spec("torch") is None:
+        raise ValueError("--transformers-js exports the model's ONNX graphs with PyTorch, which is not installed")
     folder.require([folder.weights_file, folder.tokenizer_file], "export a trained or imported folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} exists and is not an empty folder; choose a new one")
@@ -297,18 +359,25 @@ def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
         def write_json(name: str, data: dict[str, Any]) -> None:
             (staging / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
-        write_json("config.json", marian_config(config))
-        write_json("generation_config.json", generation_config(folder))
-        weights = marian_weights(folder)
+        folder.check_weights()
+        ours = load_file(str(folder.weights_file))
+        folded = not starts_as_marian(config, ours[EMBEDDING])
+        write_json("config.json", marian_config(config, folded) | (TRANSFORMERS_JS_CONFIG if transformers_js else {}))
+        write_json("generation_config.json", generation_config(folder, folded))
+        weights = marian_weights(config, ours, folded)
         (staging / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
         with_source_template(folder.tokenizer.tokenizer, config).save(str(staging / TOKENIZER_FILE))
         write_json("tokenizer_config.json", tokenizer_config(folder))
         if folder.target_tokenizer_file.is_file():
             shutil.copyfile(folder.target_tokenizer_file, staging / TARGET_TOKENIZER_FILE)
-        measured = measured_difference(folder, staging)
+        measured = measured_difference(folder, staging, decoder_start(config, folded))
         difference = epsilon_note(config, measured)
-        fits = ctranslate2_converter_fits(config, weights)
-        (staging / "README.md").write_text(model_card(folder, difference, fits), encoding="utf-8")
+        if transformers_js:
+            from aiayn.export.transformers_js import write_transformers_js_graphs
+
+            write_transformers_js_graphs(folder, staging / ONNX_FOLDER, folded)
+        card = model_card(folder, difference, folded, transformers_js)
+        (staging / "README.md").write_text(card, encoding="utf-8")
         if out.exists():
             out.rmdir()
         shutil.move(str(staging), out)
@@ -319,7 +388,16 @@ def export_transformers(folder: ModelFolder, out: Path) -> list[str]:
         f"{size / 1e6:.1f} MB ({folder.provenance()})",
         difference,
         f'load it: MarianMTModel.from_pretrained("{out}") and AutoTokenizer.from_pretrained("{out}")',
-        *([] if fits else ["ct2-transformers-converter does not fit it (see its README.md): use --to ctranslate2"]),
+        *(
+            [f"{out / ONNX_FOLDER}: the ONNX graphs transformers.js loads (fp32, the aiayn model's own function)"]
+            if transformers_js
+            else []
+        ),
+        *(
+            [f"the decoder starts from an appended row of zeros, <s> folded into its position 0 (see {out}/README.md)"]
+            if folded
+            else []
+        ),
         f"publish it: hf repos create {name}",
         f"            hf upload {name} {out} .",
     ]
