@@ -40,7 +40,7 @@ class EngineOptions:
         ``threads_per_lane`` threads; a ValueError in one line where they do not divide."""
         if cores is not None and cores % threads_per_lane:
             raise ValueError(
-                f"--cores {cores} do not make lanes of --threads-per-lane {threads_per_lane}: "
+                f"--cores {cores} does not split into lanes of --threads-per-lane {threads_per_lane}: "
                 f"give --cores a multiple of {threads_per_lane}"
             )
         lanes = None if cores is None else cores // threads_per_lane

@@ -101,4 +101,4 @@ def test_cores_is_the_flag_and_threads_its_earlier_name(command: str) -> None:
 def test_cores_that_do_not_make_whole_lanes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["translate", "--cores", "3", "--threads-per-lane", "2", "Hallo"]) == 2
     error = capsys.readouterr().err.strip()
-    assert "--cores 3 do not make lanes of --threads-per-lane 2" in error and "\n" not in error
+    assert "--cores 3 does not split into lanes of --threads-per-lane 2" in error and "\n" not in error
