@@ -1,7 +1,9 @@
 """`aiayn export --to transformers`: the written folder is a Marian model that transformers loads with no code of
 ours and whose ``generate`` translates as `aiayn translate` does, on Multi30k's test_2016_flickr sentences; `aiayn
 import` gives the folder back; ``ct2-transformers-converter`` makes our CTranslate2 model where the folder follows
-Marian's conventions; a pre-LN folder (the bundled ones) is refused in one line.
+Marian's conventions; transformers 4 (in an environment of its own, cached: transformers4_python) loads it too, its
+``pipeline("translation")``, which transformers 5 removed, translates as ours, and so does Optimum's ONNX export of
+it; a pre-LN folder (the bundled ones) is refused in one line.
 
 Three folders: a native post-LN one trained here for a few steps (its training.json and tokenizer; it has learnt
 one answer so far), a native random one (``tiny_folder``, whose outputs vary from sentence to sentence), both with
@@ -11,17 +13,20 @@ comes back exact."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from transformers4_worker import generated, padded
 
 from aiayn.bench.web import CHROMIUM
 from aiayn.cli import main
@@ -30,9 +35,6 @@ from aiayn.data.multi30k import TEST_SPLIT, load_parallel
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings
-
-if TYPE_CHECKING:
-    import torch
 
 SENTENCES = 200
 JS_SENTENCES = 50  # of them in Chromium (all 200: 200/200, docs/models.md)
@@ -90,30 +92,6 @@ def exported(
     return make
 
 
-def padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(batch, longest) ids right-padded with ``pad``, and the mask of the real ones."""
-    import torch
-
-    longest = max(len(row) for row in rows)
-    ids = torch.tensor([[*row, *[pad] * (longest - len(row))] for row in rows])
-    mask = torch.tensor([[1] * len(row) + [0] * (longest - len(row)) for row in rows])
-    return ids, mask
-
-
-def generated(model: Any, src: list[list[int]], beams: int, length_penalty: float = 1.0) -> list[list[int]]:
-    """``model.generate``'s ids per source (a MarianMTModel, or Optimum's model of its ONNX export), all in one
-    padded batch (as our search batches), without the start token and what follows </s>; at most MAX_OUTPUT
-    tokens, as our search is limited here."""
-    import torch
-
-    eos, pad = model.config.eos_token_id, model.config.pad_token_id
-    ids, mask = padded(src, pad)
-    search = {"num_beams": beams, "length_penalty": length_penalty, "do_sample": False, "max_new_tokens": MAX_OUTPUT}
-    with torch.no_grad():
-        rows = model.generate(input_ids=ids, attention_mask=mask, **search).tolist()
-    return [row[1:][: row[1:].index(eos)] if eos in row[1:] else row[1:] for row in rows]
-
-
 def marian(out: Path) -> Any:
     from transformers import MarianMTModel
 
@@ -162,7 +140,7 @@ def test_generate_equals_aiayn_translate(
     assert src == [folder.tokenizer.encode_source(text) for text in flickr]  # AutoTokenizer reads as ours
     translator = translator_for(folder, load_engine(folder, EngineOptions("torch", "cpu")))
     ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
-    theirs = generated(marian(out), src, beams=1)
+    theirs = generated(marian(out), src, beams=1, max_output=MAX_OUTPUT)
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
     worst = largest_log_prob_difference(folder, out, src, ours)
     assert tokenizer.batch_decode(ours, skip_special_tokens=True) == folder.tokenizer.decode_batch(ours)
@@ -178,7 +156,7 @@ def test_generate_equals_aiayn_translate(
     beam = translator.translate_ids(src, settings)
     generation = json.loads((out / "generation_config.json").read_text())
     assert generation["length_penalty"] == settings.length_penalty
-    theirs = generated(marian(out), src, beams=4, length_penalty=generation["length_penalty"])
+    theirs = generated(marian(out), src, beams=4, max_output=MAX_OUTPUT, length_penalty=generation["length_penalty"])
     differing = [i for i, (a, b) in enumerate(zip(beam, theirs, strict=True)) if a != b]
     print(f"{kind}: beam 4 {SENTENCES - len(differing)}/{SENTENCES} identical; differing: {differing}")
     assert len(differing) <= 0.05 * SENTENCES, differing
@@ -227,17 +205,6 @@ def export_report(model: Path, out: Path) -> list[str]:
     from aiayn.export.transformers_folder import export_transformers
 
     return export_transformers(ModelFolder.open(model), out)
-
-
-def test_pipeline_translates(exported: Callable[[str], tuple[ModelFolder, Path]], flickr: list[str]) -> None:
-    from transformers import pipeline
-
-    _, out = exported("imported")
-    try:
-        translate = pipeline("translation", model=str(out))
-    except KeyError as err:  # transformers 5 removed the task
-        pytest.skip(f"this transformers has no translation pipeline: {err}")
-    assert all(result["translation_text"] for result in translate(flickr[:3]))
 
 
 @pytest.mark.parametrize("name", ["en-de", "de-en"])
@@ -297,23 +264,132 @@ def test_ct2_transformers_converter_gives_our_ctranslate2_model(
     assert same >= (SENTENCES if kind == "imported" else SENTENCES - 1)
 
 
-def test_optimums_onnx_export_translates_as_ours(
-    exported: Callable[[str], tuple[ModelFolder, Path]], flickr: list[str]
-) -> None:
-    """Optimum exports the folder to ONNX (the layout transformers.js loads too); greedy as `aiayn translate`."""
-    pytest.importorskip(
-        "optimum.onnxruntime",
-        reason="Optimum is not installed: optimum-onnx (0.1.0, the newest) requires transformers<4.58, and this "
-        "environment pins transformers 5, so it cannot be installed beside it",
-    )
-    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+# transformers 4's last release and Optimum's ONNX exporter for it (which requires transformers<4.58): the
+# environment that has what transformers 5 removed, pipeline("translation"), and Optimum.
+TRANSFORMERS_4 = ("transformers==4.57.6", "optimum-onnx==0.1.0")
+TRANSFORMERS_4_SENTENCES = 50  # of the 200 (all 200: docs/models.md)
+TRANSFORMERS_4_FOLDERS = ["random", "imported"]  # the trained one starts as the random one does
+# A folder, our greedy ids on the sentences and transformers4_worker.py's answer on its export.
+Transformers4Run = tuple[ModelFolder, list[list[int]], dict[str, Any]]
+PYTHON_CACHE = Path.home() / ".cache" / "aiayn" / "python"
 
-    folder, out = exported("random")
-    src = [folder.tokenizer.encode_source(text) for text in flickr]
+
+@pytest.fixture(scope="session")
+def transformers4_python() -> Path:
+    """The Python of a virtual environment holding TRANSFORMERS_4 over this one's packages: a .pth file puts this
+    environment's site-packages (torch, ONNX Runtime, ...) after its own, whose transformers 4 and Hugging Face Hub
+    shadow ours. Installed once by pip from the user's configured index into aiayn's cache (built beside it and
+    moved in whole, so a run that stops halfway leaves none); skipped, saying why, where pip cannot reach the
+    index."""
+    outer = site.getsitepackages()
+    venv = PYTHON_CACHE / "-".join(requirement.replace("==", "-") for requirement in TRANSFORMERS_4)
+    stamp = {"requirements": list(TRANSFORMERS_4), "site-packages": outer}
+
+    def ready() -> bool:
+        made = venv / "aiayn-ready.json"
+        return made.is_file() and json.loads(made.read_text()) == stamp
+
+    if ready():
+        return venv / "bin" / "python"
+    PYTHON_CACHE.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f"{venv.name}-", dir=PYTHON_CACHE))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(build)], check=True)
+        python = build / "bin" / "python"
+        where = [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
+        purelib = Path(subprocess.run(where, capture_output=True, text=True, check=True).stdout.strip())
+        (purelib / "aiayn-outer.pth").write_text("".join(f"{path}\n" for path in outer))
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        probe = subprocess.run([*pip, "index", "versions", "optimum-onnx"], capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            reason = probe.stderr.strip().rpartition("\n")[2]
+            pytest.skip(f"pip cannot find optimum-onnx on the package index ({reason}): transformers 4 is not tested")
+        result = subprocess.run([*pip, "install", "-q", *TRANSFORMERS_4], capture_output=True, text=True, timeout=1200)
+        assert result.returncode == 0, result.stderr[-3000:]
+        (build / "aiayn-ready.json").write_text(json.dumps(stamp))
+        if not ready():  # else another run has put its own there meanwhile, which it may be running
+            shutil.rmtree(venv, ignore_errors=True)
+            build.rename(venv)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def under_transformers4(
+    exported: Callable[[str], tuple[ModelFolder, Path]],
+    flickr: list[str],
+    transformers4_python: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[str], Transformers4Run]:
+    """``under_transformers4(kind)``: that folder, our greedy ids and transformers4_worker.py's answer on its export,
+    run once in transformers4_python on the first TRANSFORMERS_4_SENTENCES sentences (offline: the folder is
+    local)."""
+    answers: dict[str, Transformers4Run] = {}
+
+    def run(kind: str) -> Transformers4Run:
+        if kind not in answers:
+            folder, out = exported(kind)
+            scratch = tmp_path_factory.mktemp(f"transformers4-{kind}")
+            texts = flickr[:TRANSFORMERS_4_SENTENCES]
+            request = {
+                "folder": str(out),
+                "texts": texts,
+                "sources": [folder.tokenizer.encode_source(text) for text in texts],
+                "max_output": MAX_OUTPUT,
+                "onnx": str(scratch / "onnx"),
+                "answer": str(scratch / "answer.json"),
+            }
+            (scratch / "request.json").write_text(json.dumps(request))
+            worker = Path(__file__).with_name("transformers4_worker.py")
+            # Its own packages first: no PYTHONPATH of ours before them.
+            env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "HF_HUB_OFFLINE": "1"}
+            command = [str(transformers4_python), str(worker), str(scratch / "request.json")]
+            result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=scratch)
+            assert result.returncode == 0, result.stderr[-3000:]
+            answer = json.loads((scratch / "answer.json").read_text())
+            answers[kind] = folder, ours_greedy(folder, texts), answer
+        return answers[kind]
+
+    return run
+
+
+def ours_greedy(folder: ModelFolder, texts: list[str]) -> list[list[int]]:
+    """`aiayn translate`'s greedy ids (PyTorch), at most MAX_OUTPUT tokens."""
     translator = translator_for(folder, load_engine(folder, EngineOptions("torch", "cpu")))
-    ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
-    theirs = generated(ORTModelForSeq2SeqLM.from_pretrained(str(out), export=True), src, beams=1)
-    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= SENTENCES - 1
+    src = [folder.tokenizer.encode_source(text) for text in texts]
+    return translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
+
+
+@pytest.mark.parametrize("kind", TRANSFORMERS_4_FOLDERS)
+def test_transformers4_loads_the_folder_and_its_pipeline_translates_as_ours(
+    under_transformers4: Callable[[str], Transformers4Run], kind: str
+) -> None:
+    """transformers 4 loads the native folder's decoder position table (row 0 holding <s>) from model.safetensors
+    as it is, and its pipeline("translation"), greedy, gives our texts but for at most one sentence (the ε)."""
+    folder, ours, got = under_transformers4(kind)
+    assert got["versions"]["transformers"] == TRANSFORMERS_4[0].split("==")[1]
+    assert got["position_table_difference"] == (0.0 if kind == "random" else None)
+    expected = folder.tokenizer.decode_batch(ours)
+    same = sum(a == b for a, b in zip(expected, got["pipeline"], strict=True))
+    distinct = len(set(expected))
+    print(f"{kind}: transformers {got['versions']['transformers']} pipeline('translation') greedy ", end="")
+    print(f"{same}/{len(expected)} identical ({distinct} distinct outputs)")
+    assert distinct > 5 and same >= len(expected) - 1
+
+
+@pytest.mark.parametrize("kind", TRANSFORMERS_4_FOLDERS)
+def test_optimums_onnx_export_translates_as_ours(
+    under_transformers4: Callable[[str], Transformers4Run], kind: str
+) -> None:
+    """Optimum exports the folder to ONNX (as `optimum-cli export onnx` does, its outputs checked by Optimum against
+    the PyTorch model's) and ORTModelForSeq2SeqLM's greedy generate gives our ids but for at most one sentence."""
+    _, ours, got = under_transformers4(kind)
+    same = sum(a == b for a, b in zip(ours, got["optimum"], strict=True))
+    distinct = len({tuple(ids) for ids in ours})
+    print(f"{kind}: optimum-onnx {got['versions']['optimum-onnx']} greedy {same}/{len(ours)} identical ", end="")
+    print(f"({distinct} distinct outputs)")
+    assert distinct > 5 and same >= len(ours) - 1
 
 
 def test_a_multi_target_folder_puts_its_token_before_every_source(
@@ -438,8 +514,7 @@ def test_transformers_js_translates_as_ours_in_chromium(
     got = transformers_js_translations(out, transformers_js, texts)
     src = [folder.tokenizer.encode_source(text) for text in texts]
     assert got["sources"] == src
-    translator = translator_for(folder, load_engine(folder, "torch", "cpu"))
-    ours = translator.translate_ids(src, SearchSettings(beam_size=1, **LIMIT))
+    ours = ours_greedy(folder, texts)
     eos = folder.config.special_tokens.eos
     theirs = [row[1:][: row[1:].index(eos)] if eos in row[1:] else row[1:] for row in got["outputs"]]
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
