@@ -4,8 +4,8 @@ model is a NumPy fake that writes its source back, over a bundled folder's token
 
 from __future__ import annotations
 
+import gzip
 import json
-import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -91,37 +91,54 @@ def test_the_users_files_are_scored_in_the_folders_pair(bundled: dict[str, Path]
     blank = SimpleNamespace(src_lang="en", tgt_lang="de", describe=lambda: {"files": [{"path": "a"}, {"path": "b"}]})
     with pytest.raises(ValueError, match="^the test set a, b holds no pairs$"):  # files without a pair to score
         corpus_of(SimpleNamespace(**vars(blank), pairs=lambda: iter([])), "a", folder)
+    in_memory = SimpleNamespace(src_lang="en", tgt_lang="de", describe=dict, pairs=lambda: iter([("A dog.", "Hund.")]))
+    assert corpus_of(in_memory, "mine", folder) == ParallelCorpus(["A dog."], ["Hund."], "en", "de", "mine")
 
 
-def test_a_multi30k_pair_is_scored_on_its_split_and_another_on_the_folders_sample(
-    bundled: dict[str, Path], multi30k_dir: Path, tmp_path: Path
-) -> None:
-    multi30k = folder_of(bundled["en-de"], tmp_path / "en-de", "de", "en")
-    test = evaluation_set(multi30k, data_dir=multi30k_dir)  # Multi30k's test set unless a split is named
-    assert (test.split, test.src_lang, test.tgt_lang, len(test)) == ("test_2016_flickr", "de", "en", 1000)
-    assert test.src[0].startswith("Ein Mann mit einem orangefarbenen Hut")
-    val = evaluation_set(multi30k, "val", data_dir=multi30k_dir)
-    assert (val.split, len(val)) == ("val", 1014)
+def test_a_multi30k_pair_is_scored_on_its_split(bundled: dict[str, Path], tmp_path: Path) -> None:
+    data = tmp_path / "multi30k"  # two lines of each file, as Multi30k names them
+    data.mkdir()
+    for split in ("val", "test_2016_flickr"):
+        for lang, line in (("de", "Ein Hund."), ("en", "A dog.")):
+            with gzip.open(data / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write(f"{line} ({split})\n{line}\n")
+    multi30k = folder_of(bundled["en-de"], tmp_path / "de-en", "de", "en")
+    files = str(data / "test_2016_flickr.de.gz"), str(data / "test_2016_flickr.en.gz")
+    test = ParallelCorpus(
+        ["Ein Hund. (test_2016_flickr)", "Ein Hund."],
+        ["A dog. (test_2016_flickr)", "A dog."],
+        "de",
+        "en",
+        "test_2016_flickr",
+        files,
+    )
+    assert evaluation_set(multi30k, data_dir=data) == test  # its test set unless a split is named
+    val = evaluation_set(multi30k, "val", data_dir=data)
+    assert (val.split, val.src[0], val.tgt[0]) == ("val", "Ein Hund. (val)", "A dog. (val)")
 
+
+def test_another_pair_is_scored_on_the_folders_validation_sample(bundled: dict[str, Path], tmp_path: Path) -> None:
     own = folder_of(bundled["en-de"], tmp_path / "en-es", "en", "es")
     for split in (None, "test_2016_flickr"):
         with pytest.raises(ValueError) as refused:
-            evaluation_set(own, split, data_dir=multi30k_dir)
+            evaluation_set(own, split)
         assert str(refused.value) == (
             "en→es is not a Multi30k pair: give --test-files SRC REF or --test-tsv FILE (or --split val for the "
             "validation sample training kept in the folder)"
         )
     with pytest.raises(ValueError) as refused:
         evaluation_set(own, "val")
-    assert (
-        str(refused.value)
-        == "en-es keeps no validation sample (it was not trained here); give --test-files SRC REF or --test-tsv FILE"
+    assert str(refused.value) == (
+        "en-es keeps no validation sample (it was not trained here); give --test-files SRC REF or --test-tsv FILE"
     )
     own.write_validation_sample([("A dog.", "Un perro."), ("Two cats.", "Dos gatos.")])
     sample = ParallelCorpus(
         ["A dog.", "Two cats."], ["Un perro.", "Dos gatos."], "en", "es", "val", (str(own.validation_file),)
     )
     assert evaluation_set(own, "val") == sample
+    for pair in (("fr", "es"), ("es", "de")):  # one side in Multi30k is not enough
+        with pytest.raises(ValueError, match="is not a Multi30k pair"):
+            evaluation_set(folder_of(bundled["en-de"], tmp_path / "-".join(pair), *pair))
 
 
 class Bar:
@@ -176,40 +193,33 @@ def test_calibration_keeps_the_thresholds_that_flag_their_share_of_val(
     bundled: dict[str, Path], tmp_path: Path
 ) -> None:
     """3 % of the outputs under the mean log-probability threshold, 5 % with a word under the word threshold
-    (quantiles, rounded down), written to the folder's confidence section with what they were set on."""
+    (quantiles, rounded down), written to the folder's confidence section with what they were set on. Here both
+    quantiles fall on three tied outputs: those are not flagged, only the one output under them (1 of 41)."""
     folder = folder_of(bundled["en-de"], tmp_path / "model")
     pieces = folder.tokenizer.vocabulary()
     ids = {piece: pieces.index(piece) for piece in ("▁Zwei", "▁Hunde", "▁im", "▁Schne", "e", ".", "▁Hund", "▁spielen")}
     rng = np.random.default_rng(0)
-    sure = {token: float(-rng.uniform(0.01, 2.0)) for token in ids.values()}
-    chosen = [list(rng.choice(list(ids), size=1 + i % 6)) for i in range(40)]  # words of 1 to 3 pieces
+    sure = {token: float(np.float32(-rng.uniform(0.01, 0.15))) for token in ids.values()}  # a word above -0.9
+    sure[ids["▁Hund"]], sure[ids["▁spielen"]] = -1.0, -1.2  # alone: a mean of -0.5 and -0.6
+    usual = [piece for piece in ids if piece not in ("▁Hund", "▁spielen")]
+    chosen = [list(rng.choice(usual, size=1 + i % 6)) for i in range(37)] + [["▁Hund"]] * 3 + [["▁spielen"]]
     sources = [[ids[piece] for piece in sentence] + [EOS] for sentence in chosen]
     translator = Translator(Echo(len(pieces), sure), folder.tokenizer, 64, max_sentences=16)
     progress: list[int] = []
     settings = SearchSettings(beam_size=2, length_penalty=0.8)
     section = calibrate_confidence(folder, translator, sources, settings, "val", progress.append)
-
-    means, least = [], []
-    for sentence in chosen:
-        own = [sure[ids[piece]] for piece in sentence]
-        means.append(sum(own) / (len(own) + 1))  # </s> scored too, with log-probability 0
-        starts = [0, *(i for i, piece in enumerate(sentence) if i and piece.startswith("▁"))]  # a word each
-        least.append(min(sum(own[a:b]) for a, b in zip(starts, [*starts[1:], len(own)], strict=True)))
-    threshold = math.floor(float(np.quantile(means, 0.03)) * 1e4) / 1e4
-    word_threshold = math.floor(float(np.quantile(least, 0.05)) * 1e4) / 1e4
     assert section == {
-        "min_mean_log_prob": threshold,
-        "min_word_log_prob": word_threshold,
+        "min_mean_log_prob": -0.5,
+        "min_word_log_prob": -1.0,
         "calibrated_on": "val",
-        "sentences": 40,
-        "flagged_share_on_val": round(float(np.mean(np.array(means) < threshold)), 4),
-        "word_marked_share_on_val": round(float(np.mean(np.array(least) < word_threshold)), 4),
+        "sentences": 41,
+        "flagged_share_on_val": 0.0244,
+        "word_marked_share_on_val": 0.0244,
         "beam_size": 2,
         "length_penalty": 0.8,
     }
-    assert section["flagged_share_on_val"] == section["word_marked_share_on_val"] == 0.05  # 2 of 40 under each
     assert ModelFolder.open(folder.path).section(CONFIDENCE_SECTION) == section
-    assert sum(progress) == 40 and len(progress) == 3
+    assert sum(progress) == 41 and len(progress) == 3
     with pytest.raises(ValueError) as refused:
         calibrate_confidence(folder, translator, [], settings, "val")
     assert str(refused.value) == "calibrating the confidence threshold needs validation sentences; none were given"

@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,6 +120,21 @@ def test_tuning_keeps_the_alpha_whose_translations_score_best(config_only: Path)
     assert SearchSettings.of(ModelFolder.open(config_only)).length_penalty == 1.2  # the best; of two equal, the first
 
 
+class Recording(Translator):
+    """A translator over ``ShortOrLong`` that keeps the settings of each translation."""
+
+    def __init__(self) -> None:
+        super().__init__(ShortOrLong(), WordCodec(), 64)
+        self.settings: list[SearchSettings] = []
+
+    def translate(
+        self, texts: Sequence[str], settings: SearchSettings | None = None, on_batch: Any = None
+    ) -> list[str]:
+        assert settings is not None  # tuning names each search's settings
+        self.settings.append(settings)
+        return super().translate(texts, settings, on_batch)
+
+
 def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
     config_only: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,9 +144,10 @@ def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
     folder.write_section("search", {"beam_size": 6, "length_normalization": "power", "length_penalty": 0.1})
     sentence, other = " ".join(REFERENCE), "two dogs play in the white snow"
     val = ParallelCorpus([sentence, "two dogs"], [sentence, other], "en", "de", "val")
-    bleu = tune_length_penalty(
-        ModelFolder.open(config_only), Translator(ShortOrLong(), WordCodec(), 64), val, 2, [0.3, 0.6, 2.0]
-    )
+    translator = Recording()
+    bleu = tune_length_penalty(ModelFolder.open(config_only), translator, val, 2, [0.3, 0.6, 2.0])
+    power = [SearchSettings(2, alpha, length_normalization="power") for alpha in (0.3, 0.6, 2.0)]
+    assert translator.settings == power  # the folder's normalisation, the beam asked for, each candidate α
     reference_bleu = score([sentence, sentence], [sentence, other]).bleu
     assert bleu == {0.3: 0.0, 0.6: reference_bleu, 2.0: reference_bleu} and round(reference_bleu, 2) != reference_bleu
     assert ModelFolder.open(config_only).section("search") == {
@@ -144,6 +161,8 @@ def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
         },
     }
     assert capsys.readouterr().err == ""  # no progress bar per candidate
+    tuned = SearchSettings.of(ModelFolder.open(config_only), beam_size=3, length_penalty=None)  # None: the folder's
+    assert tuned == SearchSettings(3, 0.6, length_normalization="power")
     test = ParallelCorpus(val.src, val.tgt, "en", "de", "test_2016_flickr")
     with pytest.raises(ValueError) as refused:
         tune_length_penalty(folder, Translator(ShortOrLong(), WordCodec(), 64), test, 2, [0.6])

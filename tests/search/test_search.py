@@ -490,3 +490,24 @@ def test_translator_outputs_take_the_settings_lengths(beam: int) -> None:
     ends_at_once = Translator(EndsAtOnce(ToyModel.random(vocab=7, seed=1).table), WordLengths(), 100)
     outputs = ends_at_once.outputs(sources, SearchSettings(beam, min_len=3))
     assert [len(o.tokens) for o in outputs] == [3, 3, 3] and all(o.ended for o in outputs)
+
+
+class TopAsked(NeverEnds):
+    """Never ends; records how many best tokens each step asks for: what leaves the engine (ONNX: its TopK's k)."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__(table)
+        self.asked: list[int] = []
+
+    def step_top(self, state: ToyState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, ToyState]:
+        self.asked.append(k)
+        return super().step_top(state, tgt_ids, k)
+
+
+def test_a_search_asks_the_engine_for_no_more_than_it_ranks() -> None:
+    """Greedy asks for each row's best token, beam k for each beam's best 2k (their share of the best 2k)."""
+    table = ToyModel.random(vocab=9, seed=0).table
+    greedy, beam = TopAsked(table), TopAsked(table)
+    greedy_search(greedy, source(3, 4), max_len=3)
+    beam_search(beam, source(3, 4), beam_size=3, max_len=3)
+    assert (greedy.asked, beam.asked) == ([1, 1, 1], [6, 6, 6])
