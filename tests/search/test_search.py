@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +23,7 @@ from aiayn.search import (
     mean_log_prob,
 )
 from aiayn.search.step import FullDistributionStep, allowed_top, top_columns
-from aiayn.search.translator import SearchSettings, Translator, lanes_pool
+from aiayn.search.translator import SearchSettings, Translator
 
 PAD, BOS, EOS = 0, 1, 2
 KEYS, POSITIONS = 5, 7
@@ -461,7 +464,6 @@ class LaneThreads(ToyModel):
 
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_translate_gives_each_text_its_search_in_order_and_a_blank_one_nothing(lanes: int) -> None:
-    lanes_pool.cache_clear()  # a pool made before a fork has no threads after it (mutmut forks each mutant's run)
     texts = ["a bb ccc", "", "dddd e", "  ", "f gg hhh iiii j", "kk", "l m"]
     model, codec = LaneThreads(ToyModel.random(vocab=9, seed=3).table), WordLengths()
     translator = Translator(model, codec, 100, max_sentences=2, **({"lanes": lanes} if lanes > 1 else {}))
@@ -476,9 +478,11 @@ def test_translate_gives_each_text_its_search_in_order_and_a_blank_one_nothing(l
     searches = model.threads[: len(progress)]
     if lanes == 1:
         assert searches == [threading.current_thread().name] * 3
-    else:  # the process's lanes, shared by every translator
+    else:  # the process's lanes, shared by every translator: two threads for the five batches of one sentence
         assert all(name.startswith("aiayn-lane") for name in searches)
-        assert translator.pool is lanes_pool(2) is Translator(model, codec, 100, lanes=2).pool
+        model.threads.clear()
+        Translator(model, codec, 100, max_sentences=1, lanes=2).translate(texts)
+        assert len(model.threads) == 5 and set(model.threads) <= {"aiayn-lane_0", "aiayn-lane_1"}
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -511,3 +515,24 @@ def test_a_search_asks_the_engine_for_no_more_than_it_ranks() -> None:
     greedy_search(greedy, source(3, 4), max_len=3)
     beam_search(beam, source(3, 4), beam_size=3, max_len=3)
     assert (greedy.asked, beam.asked) == ([1, 1, 1], [6, 6, 6])
+
+
+def test_a_forked_process_searches_on_lanes_of_its_own() -> None:
+    """The parent's lane threads are not in a forked child: it makes its own pool rather than wait on theirs."""
+    translator = Translator(ToyModel.random(vocab=9, seed=3), WordLengths(), 100, max_sentences=1, lanes=2)
+    expected = translator.translate(["a bb", "ccc d"])  # the parent's lanes now run
+    child = os.fork()
+    if child == 0:  # the child: exits whatever happens, never back into the test runner
+        code = 1
+        try:
+            code = 0 if translator.translate(["a bb", "ccc d"]) == expected else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60  # not a speed limit: a child waiting on the parent's threads never ends
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ended[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked process's search never ended")
+    assert os.waitstatus_to_exitcode(ended[1]) == 0
