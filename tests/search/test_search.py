@@ -451,14 +451,22 @@ def test_top_columns_takes_the_leftmost_of_ties_in_every_wide_row() -> None:
 
 
 class LaneThreads(ToyModel):
-    """Records the thread that starts each search."""
+    """Records the thread that starts each search, and the most searches starting at once (each start lingers, so
+    that the other lanes' starts overlap it)."""
 
     def __init__(self, table: np.ndarray) -> None:
         super().__init__(table)
         self.threads: list[str] = []
+        self.starting, self.most_at_once, self.lock = 0, 0, threading.Lock()
 
     def start(self, src_ids: np.ndarray) -> ToyState:
-        self.threads.append(threading.current_thread().name)
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+            self.starting += 1
+            self.most_at_once = max(self.most_at_once, self.starting)
+        time.sleep(0.01)
+        with self.lock:
+            self.starting -= 1
         return super().start(src_ids)
 
 
@@ -483,6 +491,7 @@ def test_translate_gives_each_text_its_search_in_order_and_a_blank_one_nothing(l
         model.threads.clear()
         Translator(model, codec, 100, max_sentences=1, lanes=2).translate(texts)
         assert len(model.threads) == 5 and set(model.threads) <= {"aiayn-lane_0", "aiayn-lane_1"}
+        assert model.most_at_once <= 2
 
 
 @pytest.mark.parametrize("beam", [1, 3])
