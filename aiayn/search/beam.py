@@ -71,7 +71,7 @@ def beam_search_nbest(
     tokens = np.zeros((batch, k, 0), dtype=np.int64)  # (n, k, length - 1)
     token_log_probs = np.zeros((batch, k, 0))  # (n, k, length - 1) each token's, as the step that chose it gave it
     last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
-    finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) len(finished[s]), kept as an array
+    finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) each sentence's hypotheses ended by </s>
     for length in range(1, int(limits.max()) + 1):
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
         top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k, length > min_len)  # (n * k, kk)
@@ -126,7 +126,6 @@ def beam_search_nbest(
                     )
                     for b in live_beams
                 ]
-                finished_count[active[r]] += live_beams.size
         going = ~at_limit & (finished_count[active] < k) & np.isfinite(scores[:, 0])  # (n,) slot 0 is live if any is
         if not going.any():
             break

@@ -8,6 +8,7 @@ depend on the sentences batched with it, so the outputs do not depend on the num
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -153,6 +154,11 @@ def lanes_pool(lanes: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(lanes, thread_name_prefix="aiayn-lane")
 
 
+# A pool's threads do not survive a fork: a process forked after a search (a server's worker, a test runner's)
+# makes its own pool (each search asks for it) instead of waiting forever on the parent's.
+os.register_at_fork(after_in_child=lanes_pool.cache_clear)
+
+
 class Translator:
     """Runs the one search over an engine; the PyTorch and ONNX paths differ only in ``engine``."""
 
@@ -173,7 +179,6 @@ class Translator:
         self.max_sentences = max_sentences
         self.max_tokens = max_tokens
         self.lanes = lanes
-        self.pool = lanes_pool(lanes) if lanes > 1 else None
 
     def source_ids(self, text: str) -> list[int]:
         """Subwords of ``text`` followed by </s>, as in training; refuses a sentence over the model's limit."""
@@ -214,7 +219,7 @@ class Translator:
                 settings.min_len,
             )
 
-        searched = map(search, batches) if self.pool is None else self.pool.map(search, batches)
+        searched = map(search, batches) if self.lanes == 1 else lanes_pool(self.lanes).map(search, batches)
         for batch, results in zip(batches, searched, strict=True):
             for i, result in zip(batch, results, strict=True):
                 outputs[i] = result

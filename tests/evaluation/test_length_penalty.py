@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines.onnx.engine import PortableOnnxEngine
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import tune_length_penalty
+from aiayn.evaluation.metrics import score
 from aiayn.search.step import FullDistributionStep
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve.service import TranslationService
@@ -79,7 +81,8 @@ class ShortOrLong(FullDistributionStep[np.ndarray]):
     log 0.5 = -0.69 against the reference's log 0.5 + 7 log 0.9 = -1.43; the reference's 9 tokens win once
     lp = (14/6)^α exceeds 2.07, that is from α ≈ 0.86: α = 0.6 keeps the empty output, 1.2 and 2.0 the reference."""
 
-    bos_id, eos_id, pad_id, never_generate = BOS, EOS, PAD, ()
+    bos_id, eos_id, pad_id = BOS, EOS, PAD
+    never_generate: tuple[int, ...] = ()
 
     def start(self, src_ids: np.ndarray) -> np.ndarray:
         return np.zeros((src_ids.shape[0], 0), dtype=np.int64)  # the state: each row's prefix
@@ -102,10 +105,68 @@ class ShortOrLong(FullDistributionStep[np.ndarray]):
         return log_probs, state
 
 
-def test_tuning_keeps_the_alpha_whose_translations_score_best(folder: Path) -> None:
+@pytest.fixture
+def config_only(bundled: dict[str, Path], tmp_path: Path) -> Path:
+    """A folder of the bundled model's config.json alone: all that tuning reads and writes."""
+    (tmp_path / "model").mkdir()
+    return Path(shutil.copy(bundled["en-de"] / "config.json", tmp_path / "model" / "config.json")).parent
+
+
+def test_tuning_keeps_the_alpha_whose_translations_score_best(config_only: Path) -> None:
     translator = Translator(ShortOrLong(), WordCodec(), 64)
     sentence = " ".join(REFERENCE)
     val = ParallelCorpus([sentence, "two dogs"], [sentence, sentence], "en", "de", "val")
-    bleu = tune_length_penalty(ModelFolder.open(folder), translator, val, 4, [0.6, 1.2, 2.0])
+    bleu = tune_length_penalty(ModelFolder.open(config_only), translator, val, 4, [0.6, 1.2, 2.0])
     assert bleu[0.6] == 0.0 and bleu[1.2] == bleu[2.0] == pytest.approx(100.0)
-    assert SearchSettings.of(ModelFolder.open(folder)).length_penalty == 1.2  # the best; of two equal, the first
+    assert SearchSettings.of(ModelFolder.open(config_only)).length_penalty == 1.2  # the best; of two equal, the first
+
+
+class Recording(Translator):
+    """A translator over ``ShortOrLong`` that keeps the settings of each translation."""
+
+    def __init__(self) -> None:
+        super().__init__(ShortOrLong(), WordCodec(), 64)
+        self.settings: list[SearchSettings] = []
+
+    def translate(
+        self, texts: Sequence[str], settings: SearchSettings | None = None, on_batch: Any = None
+    ) -> list[str]:
+        assert settings is not None  # tuning names each search's settings
+        self.settings.append(settings)
+        return super().translate(texts, settings, on_batch)
+
+
+def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
+    config_only: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An imported checkpoint's beam and normalisation stay in the section; tuning searches with its |Y|^α, under
+    which the reference's 9 tokens win from α ≈ 0.33 on (GNMT's would keep the empty output at 0.6)."""
+    folder = ModelFolder.open(config_only)
+    folder.write_section("search", {"beam_size": 6, "length_normalization": "power", "length_penalty": 0.1})
+    sentence, other = " ".join(REFERENCE), "two dogs play in the white snow"
+    val = ParallelCorpus([sentence, "two dogs"], [sentence, other], "en", "de", "val")
+    translator = Recording()
+    bleu = tune_length_penalty(ModelFolder.open(config_only), translator, val, 2, [0.3, 0.6, 2.0])
+    power = [SearchSettings(2, alpha, length_normalization="power") for alpha in (0.3, 0.6, 2.0)]
+    assert translator.settings == power  # the folder's normalisation, the beam asked for, each candidate α
+    reference_bleu = score([sentence, sentence], [sentence, other]).bleu
+    assert bleu == {0.3: 0.0, 0.6: reference_bleu, 2.0: reference_bleu} and round(reference_bleu, 2) != reference_bleu
+    assert ModelFolder.open(config_only).section("search") == {
+        "beam_size": 6,
+        "length_normalization": "power",
+        "length_penalty": 0.6,
+        "tuned_on": {
+            "split": "val",
+            "beam_size": 2,
+            "bleu": {"0.3": 0.0, "0.6": round(reference_bleu, 2), "2.0": round(reference_bleu, 2)},
+        },
+    }
+    assert capsys.readouterr().err == ""  # no progress bar per candidate
+    tuned = SearchSettings.of(ModelFolder.open(config_only), beam_size=3, length_penalty=None)  # None: the folder's
+    assert tuned == SearchSettings(3, 0.6, length_normalization="power")
+    test = ParallelCorpus(val.src, val.tgt, "en", "de", "test_2016_flickr")
+    with pytest.raises(ValueError) as refused:
+        tune_length_penalty(folder, Translator(ShortOrLong(), WordCodec(), 64), test, 2, [0.6])
+    assert (
+        str(refused.value) == "tune the length penalty on val only, not test_2016_flickr: test sets are for reporting"
+    )

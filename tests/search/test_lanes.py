@@ -10,7 +10,7 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.serving import ServingEngine
-from aiayn.search.translator import SearchSettings, Translator, split_for_lanes
+from aiayn.search.translator import SearchSettings, Translator, busiest_lane, length_batches, split_for_lanes
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -42,10 +42,20 @@ def test_spread_cuts_the_largest_batch_while_that_lightens_the_busiest_lane() ->
         full + full[:8],
     ]  # halves would make 32 + 40
     assert split_for_lanes([[0]], 4) == [[0]]  # one sentence cannot be cut
+    assert split_for_lanes([[0, 1]], 2) == [[0], [1]]
+    assert split_for_lanes([[0, 1, 2, 3, 4, 5]], 3) == [[0, 1, 2], [3, 4, 5]]  # 2 | 1 | 3 on three lanes: no lighter
     lone = list(range(32))  # a lone request's batch on four lanes: every lane, not 16 | 16 on two
     assert split_for_lanes([lone], 4) == [lone[:8], lone[8:16], lone[16:24], lone[24:]]
     assert split_for_lanes([lone], 3) == [lone[:16], lone[16:]]  # 8 | 8 | 16 would be no lighter than 16 | 16
     assert split_for_lanes([], 2) == []
+
+
+def test_length_batches_group_the_longest_first_within_both_caps() -> None:
+    lengths = [3, 5, 1, 5, 2]  # longest first: 1, 3 (5 tokens each), 0, 4, 2
+    assert length_batches(lengths, 2, 100) == [[1, 3], [0, 4], [2]]  # at most 2 sentences
+    assert length_batches(lengths, 10, 10) == [[1, 3], [0, 4, 2]]  # at most 10 tokens padded to the longest: 2 × 5
+    assert length_batches([4, 4, 4], 10, 11) == [[0, 1], [2]] and length_batches([4], 1, 1) == [[0]]
+    assert busiest_lane([[0, 1, 2], [3], [4, 5]], 2) == 3 and busiest_lane([[0], [1], [2]], 2) == 2
 
 
 @pytest.mark.parametrize("beam", [1, 4])

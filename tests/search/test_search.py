@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,8 +22,8 @@ from aiayn.search import (
     max_lengths,
     mean_log_prob,
 )
-from aiayn.search.step import FullDistributionStep, top_columns
-from aiayn.search.translator import SearchSettings
+from aiayn.search.step import FullDistributionStep, allowed_top, top_columns
+from aiayn.search.translator import SearchSettings, Translator
 
 PAD, BOS, EOS = 0, 1, 2
 KEYS, POSITIONS = 5, 7
@@ -320,17 +324,18 @@ def test_min_len_holds_eos_back_until_the_output_is_that_long(beam: int) -> None
     assert [len(o.tokens) for o in fixed] == [6, 6] and not any(o.ended for o in fixed)
 
 
+class WordLengths:
+    """A word's id is 3 + its length mod 4, then </s>; ids decode to their numbers."""
+
+    def encode_source(self, text: str) -> list[int]:
+        return [3 + len(word) % 4 for word in text.split()] + [EOS]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(map(str, ids))
+
+
 def test_search_settings_bound_every_output_whatever_its_input() -> None:
-    from aiayn.search.translator import SearchSettings, Translator
-
-    class Codec:
-        def encode_source(self, text: str) -> list[int]:
-            return [3 + len(word) % 4 for word in text.split()] + [EOS]
-
-        def decode(self, ids: Sequence[int]) -> str:
-            return " ".join(map(str, ids))
-
-    translator = Translator(NeverEnds(ToyModel.random(vocab=7, seed=1).table), Codec(), 100)
+    translator = Translator(NeverEnds(ToyModel.random(vocab=7, seed=1).table), WordLengths(), 100)
     sources = [translator.source_ids(text) for text in ("a bb ccc", "dddd", "e f g h i j k")]
     for beam in (1, 3):
         lengths = [len(ids) for ids in translator.translate_ids(sources, SearchSettings(beam, max_len=5))]
@@ -356,3 +361,187 @@ def test_without_settings_a_search_is_the_papers_beam_4_and_alpha_0_6() -> None:
     papers = outputs(beam_size=4, length_penalty=0.6)
     assert outputs() == papers and outputs(beam_size=5) != papers and outputs(length_penalty=1.6) != papers
     assert nbest() == nbest(beam_size=4, length_penalty=0.6) != nbest(beam_size=5)
+
+
+def test_a_sentence_with_no_possible_output_gets_an_empty_impossible_one() -> None:
+    model = ToyModel(np.full((KEYS, 6, POSITIONS, 6), -np.inf))  # every next token impossible, </s> too
+    assert beam_search_nbest(model, source(3), beam_size=3) == [[]]
+    assert beam_search(model, source(3), beam_size=3) == [Output([], -np.inf, False, [])]
+
+
+def test_a_beam_with_a_single_possible_candidate_goes_on() -> None:
+    """One live candidate a step: it keeps the first beam, the others stay dead, and the search goes on."""
+    vocab, a, b = 6, 3, 4
+    table = np.zeros((KEYS, vocab, POSITIONS, vocab))
+    table[..., EOS] = 1.0
+    table[:, BOS, 0], table[:, a, 1] = np.eye(vocab)[a], np.eye(vocab)[b]  # only <s> a b </s>
+    for beam in (2, 3):
+        model = ToyModel.from_weights(table)
+        (found,) = beam_search(model, source(3), beam)
+        assert (found.tokens, found.log_prob, found.ended, found.token_log_probs) == ([a, b], 0.0, True, [0.0, 0.0])
+        assert model.rows_per_step == [beam] * 3
+        assert [[h.tokens for h in hyps] for hyps in beam_search_nbest(model, source(3), beam)] == [[[a, b]]]
+
+
+def test_a_sentence_stops_once_it_holds_beam_size_finished_hypotheses() -> None:
+    """fairseq's rule, not the exact bound: with beam 1, </s> at the first step ends the search, though the live
+    beam beside it would have finished with a better score under a large length penalty."""
+    vocab, a = 6, 3
+    table = np.full((KEYS, vocab, POSITIONS, vocab), 1e-3)
+    table[:, :, :, EOS] = 1.0
+    table[:, BOS, 0, [EOS, a, 4, 5]] = [0.5, 0.45, 0.03, 0.02]
+    model = ToyModel.from_weights(table)
+    key = ToyModel.key(source(3)[0])
+    assert score(model, key, [a], True, 2.0) > score(model, key, [], True, 2.0)  # the better one, never reached
+    assert [h.tokens for h in beam_search_nbest(model, source(3), 1, length_penalty=2.0)[0]] == [[]]
+    assert model.rows_per_step == [1]
+
+
+@pytest.mark.parametrize("normalization", ["gnmt", "power"])
+def test_nbest_scores_divide_by_the_chosen_length_penalty(normalization: str) -> None:
+    model = ToyModel.random(vocab=9, seed=4)
+    for hyps in beam_search_nbest(model, source(3, 4), 4, 1.5, max_len=5, length_normalization=normalization):
+        for h in hyps:
+            length = len(h.tokens) + h.ended
+            assert h.score == pytest.approx(h.log_prob / length_penalty_of(length, 1.5, normalization))
+    gnmt, power = (beam_search_nbest(model, source(3, 4), 4, 1.5, 5, n)[0] for n in ("gnmt", "power"))
+    assert [h.score for h in gnmt] != [h.score for h in power]
+
+
+class Fixed(FullDistributionStep[None]):
+    """The same log-probabilities for every row and step; some ids never generated."""
+
+    bos_id, eos_id, pad_id = BOS, EOS, PAD
+    never_generate: tuple[int, ...]
+
+    def __init__(self, log_probs: Sequence[float], never_generate: tuple[int, ...]) -> None:
+        self.log_probs, self.never_generate = np.array([log_probs], dtype=np.float32), never_generate
+
+    def start(self, src_ids: np.ndarray) -> None:
+        return None
+
+    def select(self, state: None, rows: np.ndarray) -> None:
+        return state
+
+    def step(self, state: None, tgt_ids: np.ndarray) -> tuple[np.ndarray, None]:
+        return np.repeat(self.log_probs, len(tgt_ids), axis=0), state
+
+
+def test_allowed_top_leaves_out_the_banned_ids_and_keeps_the_others_best_first() -> None:
+    model = Fixed([-3.0, -9.0, -1.0, -0.5, -2.0, -4.0], never_generate=(3,))  # the best, 3, is never generated
+    last = np.full((2, 1), BOS)
+
+    def top(k: int, end_allowed: bool = True) -> tuple[list[list[float]], list[list[int]]]:
+        log_probs, ids, _ = allowed_top(model, None, last, k, end_allowed)
+        return log_probs.tolist(), ids.tolist()
+
+    assert top(2) == ([[-1.0, -2.0]] * 2, [[2, 4]] * 2)
+    assert top(2, end_allowed=False) == ([[-2.0, -3.0]] * 2, [[4, 0]] * 2)  # nor </s>
+    assert top(6)[1] == [[2, 4, 0, 5, 1]] * 2  # more than the allowed ones: all of them
+    wide = Fixed(list(-0.1 * np.arange(40)), never_generate=(5, 17, 30))  # a wide k: the order stays stable
+    ids = allowed_top(wide, None, last, 36)[1]
+    assert ids.tolist() == [[i for i in range(40) if i not in (5, 17, 30)][:36]] * 2
+
+
+def test_top_columns_takes_the_leftmost_of_ties_in_every_wide_row() -> None:
+    """Every row tied at its cut (the partition path's tie-aware choice): the leftmost tied columns."""
+    values = np.random.default_rng(0).integers(0, 2, size=(5, 300)).astype(float)
+    for m in (3, 8):
+        assert np.array_equal(top_columns(values, m), np.argsort(-values, axis=1, kind="stable")[:, :m])
+
+
+class LaneThreads(ToyModel):
+    """Records the thread that starts each search, and the most searches starting at once (each start lingers, so
+    that the other lanes' starts overlap it)."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__(table)
+        self.threads: list[str] = []
+        self.starting, self.most_at_once, self.lock = 0, 0, threading.Lock()
+
+    def start(self, src_ids: np.ndarray) -> ToyState:
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+            self.starting += 1
+            self.most_at_once = max(self.most_at_once, self.starting)
+        time.sleep(0.01)
+        with self.lock:
+            self.starting -= 1
+        return super().start(src_ids)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_translate_gives_each_text_its_search_in_order_and_a_blank_one_nothing(lanes: int) -> None:
+    texts = ["a bb ccc", "", "dddd e", "  ", "f gg hhh iiii j", "kk", "l m"]
+    model, codec = LaneThreads(ToyModel.random(vocab=9, seed=3).table), WordLengths()
+    translator = Translator(model, codec, 100, max_sentences=2, **({"lanes": lanes} if lanes > 1 else {}))
+    progress: list[int] = []
+    translations = translator.translate(texts, on_batch=progress.append)
+    single = [np.array([codec.encode_source(text)]) for text in texts if text.strip()]
+    beam4 = iter(codec.decode(beam_search(model, one, 4, 0.6, one.shape[1] + 50)[0].tokens) for one in single)
+    assert translations == [next(beam4) if text.strip() else "" for text in texts]  # §6.1's beam 4 and α
+    greedy = [codec.decode(greedy_search(model, one, one.shape[1] + 50)[0].tokens) for one in single]
+    assert [t for t in translations if t] != greedy  # beam 4 is not greedy here
+    assert progress == [2, 2, 1]  # sentences per length batch, longest first
+    searches = model.threads[: len(progress)]
+    if lanes == 1:
+        assert searches == [threading.current_thread().name] * 3
+    else:  # the process's lanes, shared by every translator: two threads for the five batches of one sentence
+        assert all(name.startswith("aiayn-lane") for name in searches)
+        model.threads.clear()
+        Translator(model, codec, 100, max_sentences=1, lanes=2).translate(texts)
+        assert len(model.threads) == 5 and set(model.threads) <= {"aiayn-lane_0", "aiayn-lane_1"}
+        assert model.most_at_once <= 2
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translator_outputs_take_the_settings_lengths(beam: int) -> None:
+    sources = [[3, 4, 5, EOS], [6, EOS], [4, 4, 4, 4, 5, EOS]]  # one batch of three lengths
+    never_ends = Translator(NeverEnds(ToyModel.random(vocab=7, seed=1).table), WordLengths(), 100)
+    outputs = never_ends.outputs(sources, SearchSettings(beam, max_extra_len=2))
+    assert [len(o.tokens) for o in outputs] == [6, 4, 8]  # each its own source length + 2
+    ends_at_once = Translator(EndsAtOnce(ToyModel.random(vocab=7, seed=1).table), WordLengths(), 100)
+    outputs = ends_at_once.outputs(sources, SearchSettings(beam, min_len=3))
+    assert [len(o.tokens) for o in outputs] == [3, 3, 3] and all(o.ended for o in outputs)
+
+
+class TopAsked(NeverEnds):
+    """Never ends; records how many best tokens each step asks for: what leaves the engine (ONNX: its TopK's k)."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__(table)
+        self.asked: list[int] = []
+
+    def step_top(self, state: ToyState, tgt_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, ToyState]:
+        self.asked.append(k)
+        return super().step_top(state, tgt_ids, k)
+
+
+def test_a_search_asks_the_engine_for_no_more_than_it_ranks() -> None:
+    """Greedy asks for each row's best token, beam k for each beam's best 2k (their share of the best 2k)."""
+    table = ToyModel.random(vocab=9, seed=0).table
+    greedy, beam = TopAsked(table), TopAsked(table)
+    greedy_search(greedy, source(3, 4), max_len=3)
+    beam_search(beam, source(3, 4), beam_size=3, max_len=3)
+    assert (greedy.asked, beam.asked) == ([1, 1, 1], [6, 6, 6])
+
+
+def test_a_forked_process_searches_on_lanes_of_its_own() -> None:
+    """The parent's lane threads are not in a forked child: it makes its own pool rather than wait on theirs."""
+    translator = Translator(ToyModel.random(vocab=9, seed=3), WordLengths(), 100, max_sentences=1, lanes=2)
+    expected = translator.translate(["a bb", "ccc d"])  # the parent's lanes now run
+    child = os.fork()
+    if child == 0:  # the child: exits whatever happens, never back into the test runner
+        code = 1
+        try:
+            code = 0 if translator.translate(["a bb", "ccc d"]) == expected else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60  # not a speed limit: a child waiting on the parent's threads never ends
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ended[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked process's search never ended")
+    assert os.waitstatus_to_exitcode(ended[1]) == 0

@@ -58,3 +58,72 @@ def test_a_bad_body_is_refused_with_its_status_and_one_message(raw: bytes, statu
     with pytest.raises(BadBody) as refused:
         parsed(raw, served())
     assert refused.value.status == status and str(refused.value).startswith(message)
+
+
+class Answer:
+    """A translated request as the route reads it: the text, the lines refused, the details."""
+
+    def __init__(self, text: str, refused: list[tuple[int, str]]) -> None:
+        self.text, self.refused = text, refused
+
+    def details(self) -> Any:
+        return SimpleNamespace(as_json=lambda: {"characters": len(self.text)})
+
+
+class Shouting:
+    """The service as the route sees it: the served models, and ``translate_many`` writing each text in capitals,
+    refusing a line that holds "!"; it keeps the requests it was given."""
+
+    def __init__(self) -> None:
+        self.models = {"models/ende": served()["en-de"].model, "models/deen": served()["de-en"].model}
+        self.requests: list[list[tuple[str, str, int | None]]] = []
+
+    def translate_many(self, requests: list[tuple[str, str, int | None]]) -> list[Answer]:
+        self.requests.append(list(requests))
+        answers = []
+        for text, _, _ in requests:
+            lines = text.split("\n")
+            refused = [(i, "a word over the limit") for i, line in enumerate(lines) if "!" in line]
+            answers.append(Answer(text.upper(), refused))
+        return answers
+
+
+def post(service: Shouting, raw: bytes) -> tuple[int, Any]:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from aiayn.serve.api import PATH, json_route
+
+    client = TestClient(FastAPI(routes=[json_route(service)]))  # type: ignore[arg-type]
+    answer = client.post(PATH, content=raw, headers={"content-type": "application/json"})
+    return answer.status_code, answer.json()
+
+
+def test_the_route_translates_a_requests_sentences_together_and_answers_them_in_order() -> None:
+    service = Shouting()
+    status, answer = post(service, body(sentences=["A dog.", "Two cats."], direction="de-en", beam=2))
+    assert status == 200 and answer == {
+        "translations": ["A DOG.", "TWO CATS."],
+        "details": [{"characters": 6}, {"characters": 9}],
+        "direction": "de-en",
+        "beam": 2,
+    }
+    assert service.requests == [[("A dog.", "models/deen", 2), ("Two cats.", "models/deen", 2)]]  # one call
+    status, answer = post(service, body(sentences=["a"]))
+    assert (status, answer["direction"], answer["beam"]) == (200, "en-de", 3)  # the first, its folder's beam
+    assert service.requests[-1] == [("a", "models/ende", 3)]
+
+
+def test_the_route_answers_a_bad_body_or_a_refused_line_with_its_status_and_one_message() -> None:
+    service = Shouting()
+    assert post(service, b" " * (MAX_BODY_BYTES + 1)) == (
+        413,
+        {"error": f"the body has {MAX_BODY_BYTES + 1} bytes; at most {MAX_BODY_BYTES}"},
+    )
+    assert post(service, body(sentences=[])) == (
+        422,
+        {"error": "sentences has 0 items; from 1 to 256 are translated per request"},
+    )
+    assert service.requests == []  # refused before any search
+    refused = body(sentences=["fine", "a\nb\nno!\nyes!", "not!"])
+    assert post(service, refused) == (422, {"error": "sentences[1], line 3: a word over the limit"})  # the first

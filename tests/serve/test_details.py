@@ -15,7 +15,7 @@ import aiayn.cli.serve as cli_serve
 from aiayn.cli import main
 from aiayn.engines.options import EngineOptions
 from aiayn.search.output import mean_log_prob
-from aiayn.search.words import Word, unsure_spans, words
+from aiayn.search.words import Word, least_word_log_prob, unsure_spans, words
 from aiayn.serve.api import json_route
 from aiayn.serve.service import LoadedModel, TranslationService
 
@@ -47,6 +47,11 @@ def test_words_are_their_subwords_and_sum_their_log_probabilities() -> None:
         (4, 8),
     ]
     assert unsure_spans("Einhorn ein", [Word("ein", -3.0)], -1.0) == [(8, 11)]  # whole words only
+    assert unsure_spans(text, found, -0.4) == [(5, 10), (22, 28)]  # "im", at the threshold, is not under it
+    assert least_word_log_prob(found) == -3.5 and least_word_log_prob([]) == 0.0  # no word: nothing unsure
+    quoted = [Word('"Hund"', -3.0), Word("!", -3.0)]  # the word without its quotes; punctuation alone: no span
+    assert unsure_spans('Ein "Hund" bellt !', quoted, -1.0) == [(5, 9)]
+    assert unsure_spans("Hund und Hund", [Word("Hund", -0.1), Word("Hund", -3.0)], -1.0) == [(9, 13)]  # the second
 
 
 def test_the_report_has_every_line_in_order_with_the_notes_flags(
