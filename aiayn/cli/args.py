@@ -148,7 +148,7 @@ def add_engine_flags(
         default=1,
         metavar="T",
         help="ONNX Runtime's intra-op threads in each lane: 1 searches most batches at once; --cores 2 "
-        "--threads-per-lane 2 gives one search both cores",
+        "--threads-per-lane 2 gives one search both cores (at the bundled size about half as fast: docs/speed.md)",
     )
     add_variant_flag(p)
 
