@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiayn.bench.run import search_name
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.serving import ServingEngine
@@ -82,7 +83,7 @@ def profile_report(splits: list[Split], title: str, top: int = 10) -> str:
     """Each search's split as a table: the ``top`` op types by time, the rest summed."""
     blocks = []
     for split in splits:
-        search = "greedy" if split.beam == 1 else f"beam {split.beam}"
+        search = search_name(split.beam)
         per_run = split.run_ms / max(split.runs, 1)
         lines = [
             f"{title}, {search}, batch {split.batch}: {split.runs} decoder runs, {per_run:.3f} ms each, "
