@@ -22,7 +22,9 @@ import pytest
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import bundled_models
 from aiayn.data.multi30k import find_data_dir
-from aiayn.engines.onnx.serving_spec import CACHE_INDIRECTION, HOST_READ
+from aiayn.engines.onnx.device_buffers import GRAPH_ID
+from aiayn.engines.onnx.gather import INDICES
+from aiayn.engines.onnx.serving_spec import HOST_READ, SEQLENS_K, TOTAL_LEN
 
 INVENTED = [
     "the red cat sleeps on the old chair.",
@@ -251,18 +253,47 @@ def serve_space() -> Callable[..., AbstractContextManager[str]]:
     return served_space
 
 
+def on_the_gpu(session: ort.InferenceSession) -> bool:
+    """A session that the serving engine runs on a GPU with its state in the device's memory: the CUDA serving decoder
+    (positions per row, no GroupQueryAttention's total length) and the reordering gather beside it."""
+    names = {i.name for i in session.get_inputs()}
+    return (SEQLENS_K in names and TOTAL_LEN not in names) or INDICES in names
+
+
+def graph_id(run_options: ort.RunOptions | None) -> int:
+    """The run's ``gpu_graph_id``; -1 (an ordinary run) where it names none."""
+    try:
+        return int(run_options.get_run_config_entry(GRAPH_ID)) if run_options is not None else -1
+    except RuntimeError:
+        return -1
+
+
 @contextmanager
 def cuda_binding_rules() -> Iterator[None]:
-    """CUDA's I/O binding rules on the CPU provider, for the sessions of the CUDA serving decoder (those with a
-    cache indirection input): a host array bound to an input that the kernel reads from device memory is copied when
-    it is bound (``IOBinding.cc``, ``CopyOneInputAcrossDevices``), so a later NumPy write to it is never seen; the
-    inputs of ``HOST_READ`` stay aliased, as on a GPU. Memory that ONNX Runtime allocated for the device (``device``
-    OrtValues, which are host memory here) is bound by reference, as on a GPU. Without it the CPU provider aliases
-    every host array and hides what a GPU would do."""
+    """CUDA's I/O binding and graph capture rules on the CPU provider, for the sessions the serving engine runs on a
+    GPU (``on_the_gpu``). Without it the CPU provider aliases every host array and replays nothing, and hides what a
+    GPU would do:
+
+    - a host array bound to an input that the kernel reads from device memory is copied when it is bound
+      (``IOBinding.cc``, ``CopyOneInputAcrossDevices``), so a later NumPy write to it is never seen; the inputs of
+      ``HOST_READ`` stay aliased, as on a GPU. Memory that ONNX Runtime allocated for the device (``device``
+      OrtValues, which are host memory here) is bound by reference, as on a GPU;
+    - a run with a ``gpu_graph_id`` replays, from its second time, the kernels captured the first time: over the same
+      addresses, with the values its host-read inputs had then. So every run of an id must bind what its first run
+      bound, at the same addresses, the host-read values unchanged; and a capture must follow an ordinary run of the
+      same bindings (ONNX Runtime's arena may not grow while a graph is captured)."""
     host_arrays: weakref.WeakSet[ort.OrtValue] = weakref.WeakSet()
     from_numpy, io_binding = ort.OrtValue.ortvalue_from_numpy, ort.InferenceSession.io_binding
     bind_cpu_input, bind_ortvalue_input = ort.IOBinding.bind_cpu_input, ort.IOBinding.bind_ortvalue_input
+    bind_input, bind_output = ort.IOBinding.bind_input, ort.IOBinding.bind_output
+    bind_ortvalue_output, run_with_iobinding = (
+        ort.IOBinding.bind_ortvalue_output,
+        ort.InferenceSession.run_with_iobinding,
+    )
     on_gpu: weakref.WeakSet[ort.IOBinding] = weakref.WeakSet()
+    bound: weakref.WeakKeyDictionary[ort.IOBinding, dict[str, Any]] = weakref.WeakKeyDictionary()
+    captured: dict[tuple[int, int], tuple[Any, ...]] = {}  # (session, graph id) → what its capture bound
+    warmed: dict[int, set[tuple[Any, ...]]] = {}  # session → what its ordinary runs bound
 
     def wrap(array: np.ndarray, *args: Any, **kwargs: Any) -> ort.OrtValue:
         value = from_numpy(array, *args, **kwargs)
@@ -271,7 +302,8 @@ def cuda_binding_rules() -> Iterator[None]:
 
     def new_binding(session: ort.InferenceSession) -> ort.IOBinding:
         binding = io_binding(session)
-        if CACHE_INDIRECTION in {i.name for i in session.get_inputs()}:
+        bound[binding] = {}
+        if on_the_gpu(session):
             on_gpu.add(binding)
         return binding
 
@@ -279,18 +311,56 @@ def cuda_binding_rules() -> Iterator[None]:
         return binding in on_gpu and name not in HOST_READ
 
     def bind_array(binding: ort.IOBinding, name: str, array: np.ndarray) -> None:
-        bind_cpu_input(binding, name, np.array(array, copy=True) if copied(binding, name) else array)
+        array = np.array(array, copy=True) if copied(binding, name) else array
+        bound[binding][name] = ("host", array)  # host-read: its value at a capture is what replays see
+        bind_cpu_input(binding, name, array)
 
     def bind_value(binding: ort.IOBinding, name: str, value: ort.OrtValue) -> None:
         if copied(binding, name) and value in host_arrays:
             value = from_numpy(value.numpy().copy())
+        bound[binding][name] = ("value", value.data_ptr(), tuple(value.shape()))
         bind_ortvalue_input(binding, name, value)
+
+    def bind_address(binding: ort.IOBinding, name: str, device: str, i: int, dtype: Any, shape: Any, ptr: int) -> None:
+        bound[binding][name] = ("address", ptr, tuple(shape))
+        bind_input(binding, name, device, i, dtype, shape, ptr)
+
+    def bind_out(binding: ort.IOBinding, name: str, device: str = "cpu", *args: Any) -> None:
+        bound[binding]["out " + name] = ("address", args[-1], tuple(args[-2])) if args else ("allocated",)
+        bind_output(binding, name, device, *args)
+
+    def bind_value_out(binding: ort.IOBinding, name: str, value: ort.OrtValue) -> None:
+        bound[binding]["out " + name] = ("value", value.data_ptr(), tuple(value.shape()))
+        bind_ortvalue_output(binding, name, value)
+
+    def signature(binding: ort.IOBinding) -> tuple[Any, ...]:
+        def frozen(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+            return ("host", entry[1].tobytes()) if entry[0] == "host" else entry
+
+        return tuple(sorted((name, frozen(entry)) for name, entry in bound.get(binding, {}).items()))
+
+    def run(session: ort.InferenceSession, binding: ort.IOBinding, run_options: Any = None) -> None:
+        graph, key = graph_id(run_options), id(session)
+        if binding in on_gpu and graph == -1:
+            warmed.setdefault(key, set()).add(signature(binding))
+        elif binding in on_gpu:
+            if (key, graph) not in captured:
+                assert signature(binding) in warmed.get(key, set()), f"graph {graph} captured without a warm-up run"
+                captured[key, graph] = signature(binding)
+            assert signature(binding) == captured[key, graph], (
+                f"graph {graph} replayed over other bindings or host-read values than it was captured with"
+            )
+        run_with_iobinding(session, binding, run_options)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ort.OrtValue, "ortvalue_from_numpy", wrap)
         patch.setattr(ort.InferenceSession, "io_binding", new_binding)
+        patch.setattr(ort.InferenceSession, "run_with_iobinding", run)
         patch.setattr(ort.IOBinding, "bind_cpu_input", bind_array)
         patch.setattr(ort.IOBinding, "bind_ortvalue_input", bind_value)
+        patch.setattr(ort.IOBinding, "bind_input", bind_address)
+        patch.setattr(ort.IOBinding, "bind_output", bind_out)
+        patch.setattr(ort.IOBinding, "bind_ortvalue_output", bind_value_out)
         yield
 
 

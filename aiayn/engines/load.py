@@ -86,15 +86,13 @@ def serving_checked(folder: ModelFolder, device: str, variant: str, lanes: int) 
     same device, saying why in one line. (``device`` cpu runs the CUDA graphs on the CPU provider, as the tests do.)"""
     from aiayn.engines.onnx import self_check
     from aiayn.engines.onnx.engine import PortableOnnxEngine
-    from aiayn.engines.onnx.serving import ServingEngine, unservable
+    from aiayn.engines.onnx.serving import ServingEngine
 
-    reason = unservable(folder.config, device)
+    engine = ServingEngine.load(folder, device, variant, lanes, graphs_for="cuda")
+    reference = ServingEngine.load(folder, "cpu")
+    reason = self_check.disagreement(engine, reference, folder.config.vocab_size, engine.ops.dtype)
     if not reason:
-        engine = ServingEngine.load(folder, device, variant, lanes, graphs_for="cuda")
-        reference = ServingEngine.load(folder, "cpu")
-        reason = self_check.disagreement(engine, reference, folder.config.vocab_size, engine.ops.dtype)
-        if not reason:
-            return engine
+        return engine
     print(
         f"the serving graphs cannot serve {folder.path} on {device}: {reason}; the exported graphs serve it instead",
         file=sys.stderr,

@@ -1,5 +1,6 @@
-"""The GPU's serving engine without a GPU: the CUDA serving graphs (DecoderMaskedMultiHeadAttention on a shared
-cache, fp32 and fp16) and the engine that keeps its state in the device's memory, on the CPU provider.
+"""The GPU's serving engine without a GPU: the CUDA serving graphs (the new key/value scattered into the cache,
+MultiHeadAttention over it, fp32 and fp16) and the engine that keeps its state in the device's memory, each step a
+captured graph's replay, on the CPU provider under CUDA's binding and capture rules (``tests/conftest.py``).
 
 Step by step, on imported checkpoints' choices and in fp16 against fp32: ``test_serving_engine.py`` (parametrized over
 both serving engines). Here: whole test sets through the one search, and which engine a device gets.
@@ -7,24 +8,29 @@ both serving engines). Here: whole test sets through the one search, and which e
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from safetensors.numpy import load_file
 
+from aiayn.core import contract
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_SERVING
 from aiayn.engines.load import load_engine, serving_checked, translator_for
-from aiayn.engines.onnx import key_layout, serving
-from aiayn.engines.onnx.device_buffers import DeviceBuffers
+from aiayn.engines.onnx import serving
+from aiayn.engines.onnx.device_buffers import GRAPH_ID, DeviceBuffers
 from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.gather import gather_model
 from aiayn.engines.onnx.host_buffers import HostBuffers
-from aiayn.engines.onnx.serving import ServingEngine, unservable
-from aiayn.engines.onnx.serving_spec import DMMHA
-from aiayn.engines.onnx.sessions import gpu_unavailable
+from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
+from aiayn.engines.onnx.serving_spec import HOST_READ, SCATTERED, SERVING_OPS
+from aiayn.engines.onnx.sessions import gpu_unavailable, open_on_device
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.metrics import score
 from aiayn.search.translator import SearchSettings
@@ -42,7 +48,7 @@ def test_all_test_sentences_translate_as_with_the_contract_graphs(
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
     portable = translator_for(folder, PortableOnnxEngine.load(folder, "cpu", threads=1))
     cuda_graphs = translator_for(folder, ServingEngine.load(folder, graphs_for="cuda"))
-    assert cuda_graphs.engine.ops.self_attention == DMMHA  # type: ignore[attr-defined]
+    assert cuda_graphs.engine.ops.self_attention == SCATTERED  # type: ignore[attr-defined]
     src_ids = [portable.source_ids(s) for s in corpus.src]
     for beam in (1, 4):
         settings = SearchSettings.of(folder, beam_size=beam)
@@ -80,33 +86,6 @@ def test_each_device_gets_its_serving_engine(bundled: dict[str, Path]) -> None:
         load_engine(folder, EngineOptions(ONNX_SERVING, "cuda", "fp16", lanes=1))
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_key_layout_is_the_cuda_kernels(dtype: type) -> None:
-    """Against a NumPy model of DecoderMaskedMultiHeadAttention's CUDA key layout: key (row, head, position, i) sits
-    at [row, head, i // x, position, i % x], x = 16 bytes of the dtype; values stay plain."""
-    rng = np.random.default_rng(0)
-    rows, heads, capacity, d_head = 3, 2, 5, 32
-    cache = rng.standard_normal((4, rows, heads, capacity, d_head)).astype(dtype)  # 2 layers: keys at 0 and 2
-    x = key_layout.key_chunk("cuda", np.dtype(dtype), d_head)
-    assert x == 16 // np.dtype(dtype).itemsize
-    kernel = key_layout.in_kernel_layout(cache, x)
-    r, h, t, i = 2, 1, 3, 13
-    flat = kernel[2, r, h].reshape(-1)  # layer 1's keys of one row and head, as the kernel reads the bytes
-    assert flat[(i // x) * capacity * x + t * x + i % x] == cache[2, r, h, t, i]
-    np.testing.assert_array_equal(kernel[1::2], cache[1::2])
-    np.testing.assert_array_equal(key_layout.plain(kernel, x), cache)
-    assert key_layout.key_chunk("cpu", np.dtype(dtype), d_head) == d_head  # one chunk: the CPU's plain layout
-    np.testing.assert_array_equal(key_layout.in_kernel_layout(cache, d_head), cache)
-
-
-def test_a_head_size_the_cuda_kernel_lacks_is_named(bundled: dict[str, Path]) -> None:
-    config = ModelFolder.open(bundled["en-de"]).config
-    assert unservable(config, "cuda") == "" and unservable(config, "cpu") == ""
-    odd = dataclasses.replace(config, d_model=80, n_heads=2)  # head size 40
-    assert unservable(odd, "cuda") == "its head size 40 is none of the CUDA attention kernel's (32, 64, 128)"
-    assert unservable(odd, "cpu") == ""
-
-
 def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
     bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,3 +107,140 @@ def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
     assert isinstance(engine, PortableOnnxEngine)
     message = capsys.readouterr().err.strip().splitlines()
     assert len(message) == 1 and "differ from the CPU serving graphs' by up to" in message[0], message
+
+
+# The inputs a CUDA kernel reads from host memory, by op (their kernel definitions' OrtMemTypeCPUInput): fed by
+# anything but a graph input bound on the host, an initializer or a Shape node, ONNX Runtime would copy between host
+# and device inside the step (a Memcpy node), and refuse to capture it.
+HOST_INPUTS = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2, 3, 4), "TopK": (1,), "Unsqueeze": (1,), "Split": (1,)}
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_the_cuda_step_copies_nothing_between_host_and_device(bundled: dict[str, Path], variant: str) -> None:
+    """Every host-read input of the CUDA decoder comes from a host-read graph input, an initializer or a Shape node,
+    and the host-read graph inputs feed nothing else: the graph has no Memcpy for ONNX Runtime to refuse a capture
+    over, and no kernel reads a position from the host."""
+    folder = ModelFolder.open(bundled["en-de"])
+    weights = load_file(str(folder.weights_file))
+    with graphs_directory() as directory:
+        ops = SERVING_OPS["cuda", variant]
+        _, decoder_path = build_serving_graphs(folder.config, weights, directory, ops=ops)
+        graph = onnx.load(str(decoder_path), load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+    shapes = {n.output[0] for n in graph.node if n.op_type == "Shape"}
+    for node in graph.node:
+        host = HOST_INPUTS.get(node.op_type, ())
+        for i, name in enumerate(node.input):
+            if i in host and name:
+                assert name in initializers | shapes | HOST_READ, f"{node.op_type} {node.name} reads {name} on the host"
+            elif name in HOST_READ:
+                pytest.fail(f"{node.op_type} {node.name} reads the host-read {name} from the device")
+    assert {n.op_type for n in graph.node}.isdisjoint({"GroupQueryAttention", "DecoderMaskedMultiHeadAttention"})
+
+
+def test_a_file_runs_on_a_few_captured_graphs(bundled: dict[str, Path], multi30k_dir: Path) -> None:
+    """The batches of 200 captions, greedy and beam 4, fall into a few buckets: each bucket's decoder (and the beam's
+    reordering, per cache buffer) captured once and replayed (the rules of tests/conftest.py checked every replay)."""
+    folder = ModelFolder.open(bundled["en-de"])
+    corpus = load_parallel("test_2016_flickr", "en", "de", multi30k_dir).head(200)
+    engine = ServingEngine.load(folder, graphs_for="cuda")
+    translator = translator_for(folder, engine)
+    buffers = engine.buffers
+    assert isinstance(buffers, DeviceBuffers)
+    for beam in (1, 4):
+        translator.translate(corpus.src, SearchSettings.of(folder, beam_size=beam))
+    assert 2 <= buffers.captured <= len(buffers.graphs) <= 24, (buffers.captured, len(buffers.graphs))
+    replays = sum(runs - 2 for runs in buffers.runs.values() if runs > 2)  # after each one's ordinary run and capture
+    assert replays > 5 * buffers.captured, buffers.runs
+
+
+def test_a_replay_over_changed_bindings_is_caught(bundled: dict[str, Path]) -> None:
+    """The dry run's capture rules are live: a host-read value written after its graph was captured (a GPU would
+    replay the old one), or a graph replayed over another buffer, fails."""
+    folder = ModelFolder.open(bundled["en-de"])
+    engine = ServingEngine.load(folder, graphs_for="cuda")
+    buffers = engine.buffers
+    assert isinstance(buffers, DeviceBuffers)
+    state = engine.start(np.array([[5, 6, 3]]))
+    for _ in range(3):  # an ordinary run, the capture, a replay
+        _, _, state = engine.step_top(state, np.array([[7]]), 4)
+    (step,) = buffers.steps.values()
+    step.group_shape[0] += 1
+    with pytest.raises(AssertionError, match="replayed over other bindings"):
+        engine.step_top(state, np.array([[7]]), 4)
+    step.group_shape[0] -= 1
+    rebound = ort.OrtValue.ortvalue_from_shape_and_type(step.ids.shape(), np.int64, "cpu", 0)
+    for binding in step.bindings.values():
+        binding.bind_ortvalue_input(contract.TGT_IDS, rebound)
+    state = engine.start(np.array([[5, 6, 3]]))
+    with pytest.raises(AssertionError, match="replayed over other bindings"):
+        for _ in range(3):
+            _, _, state = engine.step_top(state, np.array([[7]]), 4)
+
+
+def test_a_larger_batch_moves_the_workspace_and_its_graphs_are_captured_anew(bundled: dict[str, Path]) -> None:
+    """A batch larger than any before grows the workspace: the graphs over the old buffers are never replayed again,
+    a smaller batch after it runs in the grown buffers, and the translations stay those of the CPU engine."""
+    folder = ModelFolder.open(bundled["en-de"])
+    engine = ServingEngine.load(folder, graphs_for="cuda")
+    reference = translator_for(folder, ServingEngine.load(folder))
+    translator = translator_for(folder, engine)
+    buffers = engine.buffers
+    assert isinstance(buffers, DeviceBuffers)
+    sentences = ["A dog runs.", "Two children play in the snow near a red house with a very long fence around it."]
+    generations = []
+    for batch in ([sentences[0]], sentences * 20, [sentences[0]]):
+        settings = SearchSettings.of(folder, beam_size=4)
+        assert translator.translate(batch, settings) == reference.translate(batch, settings)
+        generations.append(buffers.workspace.generation)
+    assert generations[0] < generations[1] == generations[2]
+
+
+def test_one_batch_at_a_time_on_the_device(bundled: dict[str, Path]) -> None:
+    engine = ServingEngine.load(ModelFolder.open(bundled["en-de"]), graphs_for="cuda")
+    first = engine.start(np.array([[5, 6, 3]]))
+    engine.start(np.array([[8, 3]]))
+    with pytest.raises(ValueError, match="a newer batch was started on this engine"):
+        engine.step_top(first, np.array([[2]]), 1)
+
+
+def test_the_in_place_gather_reads_each_tensor_before_writing_it() -> None:
+    """The beam's reordering gathers rows of a tensor into its own memory, repeated parents included: each tensor
+    whole into a temporary, then back (ONNX Runtime's optimizer would fold the copy away and gather in place)."""
+    session = open_on_device(None, gather_model([("float32", 2)] * 2, in_place=True), "cpu", 1, optimize=False)
+    tensors = [np.arange(12, dtype=np.float32).reshape(4, 3) + 100 * i for i in range(2)]
+    expected = [t[[1, 1, 0, 2]] for t in tensors]
+    values = [ort.OrtValue.ortvalue_from_shape_and_type([4, 3], np.float32, "cpu", 0) for _ in tensors]
+    binding = session.io_binding()
+    for i, (value, tensor) in enumerate(zip(values, tensors, strict=True)):
+        value.update_inplace(tensor)
+        binding.bind_ortvalue_input(f"data_{i}", value)
+        binding.bind_ortvalue_output(f"out_{i}", value)
+    binding.bind_cpu_input("rows", np.array([1, 1, 0, 2]))
+    session.run_with_iobinding(binding)
+    for value, want in zip(values, expected, strict=True):
+        np.testing.assert_array_equal(value.numpy(), want)
+
+
+def test_a_capture_that_fails_on_the_device_leaves_ordinary_runs(
+    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the device refuses a capture at run time, the engine says so in one line and goes on with ordinary runs,
+    its translations unchanged."""
+    folder = ModelFolder.open(bundled["en-de"])
+    engine = ServingEngine.load(folder, graphs_for="cuda")
+    run = ort.InferenceSession.run_with_iobinding
+
+    def refusing(session: ort.InferenceSession, binding: ort.IOBinding, options: Any = None) -> None:
+        if options is not None and options.get_run_config_entry(GRAPH_ID) != "-1":
+            raise RuntimeError("CUDA failure 900: operation not permitted when stream is capturing")
+        run(session, binding, options)
+
+    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", refusing)
+    sentences = ["A dog runs in the park.", "Two women sit on a bench."]
+    settings = SearchSettings.of(folder, beam_size=4)
+    reference = translator_for(folder, ServingEngine.load(folder)).translate(sentences, settings)
+    assert translator_for(folder, engine).translate(sentences, settings) == reference
+    assert engine.buffers.uncaptured.startswith("CUDA failure 900")  # type: ignore[attr-defined]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["the serving engine runs without CUDA graphs from here: " + engine.buffers.uncaptured]  # type: ignore[attr-defined]

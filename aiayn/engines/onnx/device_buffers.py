@@ -1,31 +1,39 @@
-"""The serving engine's state in the device's memory: what ``--engine onnx`` keeps on a GPU.
+"""The serving engine's state in the device's memory: what ``--engine onnx`` keeps on a GPU, where each decoding step
+is one CUDA graph that ONNX Runtime captured once and replays.
 
-The serving graphs (``serving_graphs.py``) built from the weights for the device's ops
-(``serving_spec.SERVING_OPS``: DecoderMaskedMultiHeadAttention on a cache preallocated to the search's length
-limit, fp32 or fp16), under the search's step interface. What lives on the device stays there:
+A step of a small model is some hundred kernels of a few microseconds each: launched one by one from the host, their
+launches cost more than their arithmetic. ONNX Runtime's CUDA provider can capture a run as a CUDA graph and replay it
+in one launch (``enable_cuda_graph``, one graph per ``gpu_graph_id``), if every input and output stays at the address it
+had when captured and no kernel reads a changing value from host memory. So:
 
-- the encoder's cross keys/values of every decoder layer, one tensor (2 · layers, sentences, heads, src_len,
-  d_head), computed once per batch and read by each layer through its own slice of it (bound by address);
-- the self-attention cache, one tensor (2 · layers, rows, heads, capacity, d_head), bound as both the cache and
-  the present of each layer: the new key/value is written in place;
-- per step only the new ids and positions go in, and only each row's k best ids and log-probabilities
-  (the selection head inside the graph) come out.
+- a batch's shapes are padded to a bucket (``Shapes``: sentences to a power of two, source length to a multiple of
+  16, the cache to source length + 50), so that a few graphs serve a whole file;
+- the large tensors (every decoder layer's cross keys/values, the self-attention cache) live in a ``Workspace`` of
+  device buffers, kept at the largest size asked so far, every batch's tensors starting at their first byte; the
+  small ones (token ids, positions, the source mask, the parents of the beam's rows, the head's outputs) in
+  OrtValues of each bucket (``Step``), written between runs through ONNX Runtime (``update_inplace``);
+- the positions are on the device (``seqlens_k``; the graphs scatter the new key/value there and mask the rest:
+  ``serving_graphs.scattered_attention``), and the only inputs a kernel reads from host memory, the sentence groups'
+  shape and the head's k, are fixed per graph (``serving_spec.HOST_READ``);
+- the beam's reordering gathers the cache's rows by their parents, in place, layer by layer (a temporary of one
+  layer's keys or values at a time), in a graph of its own, captured too; a sentence that finishes is just no longer
+  read (``DeviceState.blocks``).
 
-``select`` moves no cache for the beam's reordering: each row writes its new key/value in its own slot, and reads
-each earlier position from the row of its sentence that a host table names (``cache_indirection``, (sentences,
-beams, capacity) int32, DecoderMaskedMultiHeadAttention's own mechanism), so a reorder rewrites that table only. A
-sentence that leaves or moves changes the state's map from the search's sentences to the batch's blocks
-(``DeviceState.blocks``); finished sentences run on, unread, until the read ones fall to ``COMPACT_BELOW`` of the
-blocks, and only then are the read blocks of the cache and their cross keys/values gathered to the front by one
-Gather on the device (``io.BoundIO.take``). A sentence's beams share its cross keys/values (``group``).
+A bucket's first run is an ordinary one (ONNX Runtime's arena grows to its shapes: nothing may be allocated while a
+graph is captured), its second captures its graph, every later one replays it. A workspace that grows moves its
+buffers: the graphs captured over the old ones are never replayed again (``Workspace.generation``).
 
-It runs wherever ONNX Runtime has kernels for the device's ops: the CUDA graphs also run on the CPU provider
-(DecoderMaskedMultiHeadAttention and MultiHeadAttention have fp32 CPU kernels), which is how they are proven
-without a GPU (``tests/engines/test_cuda_graphs.py``).
+Selections the searches never make (rows of several sentences mixed, sentences in a new order before the first step)
+and a cache that outgrows its bucket go by way of the host: rare, and the graphs of the new shapes are captured anew.
+
+It runs wherever ONNX Runtime has kernels for the device's ops: the CUDA graphs also run on the CPU provider, which is
+how they are proven without a GPU, under CUDA's binding and capture rules (``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -34,57 +42,147 @@ import onnxruntime as ort
 
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
-from aiayn.engines.onnx import key_layout, serving_spec
-from aiayn.engines.onnx.io import BoundIO
-from aiayn.engines.onnx.rows import COMPACT_BELOW, consume, distinct, run_length
-from aiayn.engines.onnx.serving_spec import ServingOps
+from aiayn.engines.onnx import serving_spec
+from aiayn.engines.onnx.gather import INDICES
+from aiayn.engines.onnx.graph_builder import POSITION_MARGIN
+from aiayn.engines.onnx.rows import consume, distinct, run_length
 from aiayn.engines.onnx.sessions import CPU
 from aiayn.search.greedy import EXTRA_LEN
 
+SRC_LEN_MULTIPLE = 16
+CROSS, CACHE = "cross", "cache"  # the workspace's buffers
+GRAPH_ID = "gpu_graph_id"  # ONNX Runtime's run option: which captured graph a run captures or replays
+ORDINARY = "-1"  # ... none: an ordinary run
 
-@dataclass(eq=False)
-class DeviceBatch:
-    """One encoded batch: ``sentences`` blocks of ``group`` rows; its row r is the search's row r."""
 
-    cross: ort.OrtValue  # (2 · layers, sentences, heads, src_len, d_head) on the device
-    src_mask: np.ndarray  # (sentences, src_len) int32, 1 = real token
-    group: int = 1  # rows per sentence
-    cache: ort.OrtValue | None = None  # (2 · layers, rows, heads, capacity, d_head) on the device, from the 1st step
-    # (sentences, group, capacity) int32: for row r·group + j and position t < past_len, its key/value is in row
-    # r·group + indirection[r, j, t]
-    indirection: np.ndarray = field(default_factory=lambda: np.zeros((0, 1, 0), np.int32))
-    past_len: int = 0
-    version: int = 0  # bumped by every step: a state of an older version is consumed
-    binding: ort.IOBinding | None = None
-    bound_k: int = 0  # the k the outputs are bound for
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (rows,) the step's tokens, on the host
-    # The inputs a step rewrites, each an OrtValue where its kernel reads it (``serving_spec.HOST_READ``), bound once
-    # and written only through ONNX Runtime (``update_inplace``): a GPU copies a host array when it is bound, so a
-    # NumPy write behind a bound value would never be seen there.
-    step_inputs: dict[str, ort.OrtValue] = field(default_factory=dict)
-    outputs: tuple[ort.OrtValue, ...] = ()  # (rows, k) values and ids, on the device: read by copying
+@dataclass(frozen=True)
+class Shapes:
+    """A bucket: the padded shapes of a batch's decoder inputs and outputs, one captured graph each (per head's k)."""
 
-    @property
-    def sentences(self) -> int:
-        return int(self.cross.shape()[1])
+    sentences: int
+    group: int  # rows per sentence
+    src_len: int
+    capacity: int  # cache positions
 
     @property
     def rows(self) -> int:
         return self.sentences * self.group
 
+    def cross(self, config: ModelConfig) -> list[int]:
+        return [2 * config.n_decoder_layers, self.sentences, config.n_heads, self.src_len, config.d_head]
+
+    def cache(self, config: ModelConfig) -> list[int]:
+        return [2 * config.n_decoder_layers, self.rows, config.n_heads, self.capacity, config.d_head]
+
+    def regrouped(self, sentences: int, group: int) -> Shapes:
+        return Shapes(bucket_of(sentences), group, self.src_len, self.capacity)
+
+
+def bucket_of(sentences: int) -> int:
+    """Sentences padded to a power of two."""
+    return 1 << max(sentences - 1, 0).bit_length()
+
+
+def shapes_for(config: ModelConfig, sentences: int, src_len: int) -> Shapes:
+    """A new batch's bucket, its cache sized to the searches' default limit (source length + 50); at most the
+    positions' table."""
+    padded = -(-src_len // SRC_LEN_MULTIPLE) * SRC_LEN_MULTIPLE
+    return Shapes(bucket_of(sentences), 1, padded, min(padded + EXTRA_LEN + 1, positions_limit(config)))
+
+
+def positions_limit(config: ModelConfig) -> int:
+    return config.max_len + POSITION_MARGIN
+
+
+def numel(shape: list[int]) -> int:
+    return math.prod(shape)
+
+
+class Workspace:
+    """Device buffers kept at the largest size asked so far; every batch's tensor starts at its buffer's first byte,
+    so a graph captured over one batch finds its inputs there for every later batch of its shapes."""
+
+    def __init__(self, device: str, dtype: np.dtype) -> None:
+        self.device, self.dtype = device, dtype
+        self.buffers: dict[str, ort.OrtValue] = {}
+        self.generation = 0  # bumped whenever a buffer moves: graphs captured before are never replayed
+
+    def fit(self, sizes: dict[str, int]) -> None:
+        """Each buffer of ``sizes`` (elements) at least that large, its content kept, a new one zeroed: a cache
+        position is never NaN, so that a masked one weighs exactly 0."""
+        for role, size in sizes.items():
+            buffer = self.buffers.get(role)
+            if buffer is not None and buffer.shape()[0] >= size:
+                continue
+            content = np.zeros(size, self.dtype)
+            if buffer is not None:
+                old = buffer.numpy()
+                content[: old.size] = old
+            self.buffers[role] = ort.OrtValue.ortvalue_from_shape_and_type([size], self.dtype.type, self.device, 0)
+            self.buffers[role].update_inplace(content)
+            self.generation += 1
+
+    def address(self, role: str) -> int:
+        return int(self.buffers[role].data_ptr())
+
+    def read(self, role: str, shape: list[int]) -> np.ndarray:
+        """A copy of the tensor of ``shape`` at the start of ``role``'s buffer, by way of the host."""
+        return np.array(self.buffers[role].numpy()[: numel(shape)].reshape(shape))
+
+    def write(self, role: str, array: np.ndarray) -> None:
+        """``array`` to the start of ``role``'s buffer (fitted first), by way of the host."""
+        self.fit({role: array.size})
+        content = np.array(self.buffers[role].numpy())
+        content[: array.size] = array.reshape(-1)
+        self.buffers[role].update_inplace(content)
+
+    def sizes(self, config: ModelConfig, shapes: Shapes, cached: bool) -> dict[str, int]:
+        """What a batch of ``shapes`` needs: its cross keys/values, and from its first step its cache."""
+        sizes = {CROSS: numel(shapes.cross(config))}
+        if cached:
+            sizes[CACHE] = numel(shapes.cache(config))
+        return sizes
+
+
+@dataclass(eq=False)
+class Step:
+    """One bucket's small device inputs and outputs, and its IOBindings: bound once, written between runs."""
+
+    ids: ort.OrtValue  # (rows,) int64 the step's tokens
+    seqlens: ort.OrtValue  # (rows,) int32 each row's position
+    src_mask: ort.OrtValue  # (sentences, src_len) int32
+    parents: ort.OrtValue  # (rows,) int64 the beam's reordering: each row's parent row
+    group_shape: np.ndarray  # [sentences, rows per sentence, d_model], read from host memory
+    mask_of: DeviceBatch | None = None  # the batch whose source mask ``src_mask`` holds
+    outputs: dict[int, tuple[ort.OrtValue, ort.OrtValue]] = field(default_factory=dict)  # by k: (rows, k) each
+    top_k: dict[int, np.ndarray] = field(default_factory=dict)  # by k, read from host memory: kept alive
+    bindings: dict[tuple[str, int], ort.IOBinding] = field(default_factory=dict)  # (graph, head's k)
+
+
+@dataclass(eq=False)
+class DeviceBatch:
+    """One encoded batch in the workspace: ``shapes.sentences`` blocks of ``shapes.group`` rows (the padding ones
+    never read); its row r is the search's row r until sentences leave."""
+
+    shapes: Shapes
+    src_mask: np.ndarray  # (sentences, src_len) int32, 1 = real token, padded as ``shapes``
+    ids: np.ndarray  # (rows,) int64 the step's tokens, on the host
+    cached: bool = False  # from its first step
+    past_len: int = 0
+    version: int = 0  # bumped by every step: a state of an older version is consumed
+
+    @property
+    def group(self) -> int:
+        return self.shapes.group
+
 
 @dataclass(frozen=True)
 class DeviceState:
-    """The search's view of a batch: its sentence s is the batch's block ``blocks[s]`` (finished sentences' blocks run
-    on, unread, until compaction)."""
+    """The search's view of a batch: its sentence s is the batch's block ``blocks[s]``."""
 
     batch: DeviceBatch
     version: int
     blocks: np.ndarray  # (search sentences,) physical block of each
-
-    @cached_property
-    def identity(self) -> bool:
-        return self.blocks.size == self.batch.sentences and bool((self.blocks == np.arange(self.blocks.size)).all())
 
     @cached_property
     def rows(self) -> np.ndarray:
@@ -93,217 +191,256 @@ class DeviceState:
         return (self.blocks[:, None] * g + np.arange(g)).reshape(-1)
 
 
-def fresh_state(batch: DeviceBatch) -> DeviceState:
-    return DeviceState(batch, batch.version, np.arange(batch.sentences))
+def fresh_state(batch: DeviceBatch, sentences: int) -> DeviceState:
+    return DeviceState(batch, batch.version, np.arange(sentences))
 
 
 class DeviceBuffers:
-    """The decoder state of the serving graphs for ``ops`` in OrtValues on the sessions' device: encode, step and
-    select, every input written through ONNX Runtime where its kernel reads it."""
+    """The decoder state of the CUDA serving graphs in the device's memory, each step (and each reordering of the
+    beam's rows) a captured graph's replay where the sessions capture (``sessions.open_on_device``)."""
 
     def __init__(
-        self, config: ModelConfig, ops: ServingOps, encoder: ort.InferenceSession, decoder: ort.InferenceSession
+        self,
+        config: ModelConfig,
+        ops: serving_spec.ServingOps,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        reorder: ort.InferenceSession,
     ) -> None:
-        self.config, self.ops, self.encoder, self.decoder = config, ops, encoder, decoder
-        self.provider = decoder.get_providers()[0]
-        self.device = "cpu" if self.provider == CPU else "cuda"  # OrtValues' device type
-        self.io = BoundIO(encoder, decoder, self.provider, 1)
+        self.config, self.ops = config, ops
+        self.encoder, self.decoder, self.reorder = encoder, decoder, reorder
+        self.device = "cpu" if decoder.get_providers()[0] == CPU else "cuda"  # OrtValues' device type
         self.dtype = np.dtype(ops.dtype)
         tokens = config.special_tokens
         self.eos_id, self.pad_id = tokens.eos, tokens.pad
         self.cross_names, self.cache_names, self.present_names = (
             contract.kv_names(config, prefix) for prefix in ("cross", "cache", "present")
         )
-        decoder_spec = serving_spec.serving_decoder_spec(config, ops)
-        # DecoderMaskedMultiHeadAttention's positions: every row at the one cached length (its graphs have no GQA's
-        # total length)
-        positions = (serving_spec.SEQLENS_K, serving_spec.PAST_LEN)
-        self.position_specs = [t for t in decoder_spec.inputs if t.name in positions]
-        self.input_names = {t.name for t in decoder_spec.inputs}
-        self.key_chunk = key_layout.key_chunk(self.device, self.dtype, config.d_head)
+        self.workspace = Workspace(self.device, self.dtype)
+        self.steps: dict[tuple[int, Shapes], Step] = {}  # by (workspace generation, bucket)
+        self.graphs: dict[tuple[object, ...], ort.RunOptions] = {}  # by run: its gpu_graph_id, once it has run
+        self.runs: dict[tuple[object, ...], int] = {}
+        self.ordinary = run_options(ORDINARY)
+        self.owner: DeviceBatch | None = None  # the batch whose tensors the workspace holds
+        self.uncaptured = ""  # why the runs are ordinary ones, where a capture failed on the device
 
-    # -- encoder -----------------------------------------------------------------------------------------
+    # -- runs ----------------------------------------------------------------------------------------------
+
+    def run(self, session: ort.InferenceSession, binding: ort.IOBinding, key: tuple[object, ...]) -> None:
+        """``binding``'s run of ``session``: ordinary the first time ``key`` runs, then its own captured graph."""
+        options = self.graphs.get(key)
+        if options is None:
+            self.graphs[key] = run_options(str(len(self.graphs) + 1))  # ids from 1: 0 is ONNX Runtime's default
+            options = self.ordinary
+        try:
+            session.run_with_iobinding(binding, self.ordinary if self.uncaptured else options)
+        except Exception as err:  # ORT's pybind errors derive from Exception only
+            if options is self.ordinary or self.uncaptured:
+                raise
+            self.uncaptured = str(err).splitlines()[0]
+            print(f"the serving engine runs without CUDA graphs from here: {self.uncaptured}", file=sys.stderr)
+            session.run_with_iobinding(binding, self.ordinary)
+        self.runs[key] = self.runs.get(key, 0) + 1
+
+    @property
+    def captured(self) -> int:
+        """The graphs captured so far: a run's second time captures its graph."""
+        return sum(1 for runs in self.runs.values() if runs > 1)
+
+    # -- encoder -------------------------------------------------------------------------------------------
 
     def start(self, src_ids: np.ndarray) -> DeviceState:
         src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)  # (batch, src_len)
-        src_mask = (src_ids != self.pad_id).astype(np.int32)
-        feeds = {contract.SRC_IDS: src_ids, contract.SRC_MASK: src_mask}
-        _, (cross,) = self.io.encode(feeds, [serving_spec.CROSS_KV], src_mask)
-        return fresh_state(DeviceBatch(cross, src_mask))
+        n, length = src_ids.shape
+        shapes = shapes_for(self.config, n, length)
+        padded = np.full((shapes.sentences, shapes.src_len), self.pad_id, np.int64)
+        padded[:n, :length] = src_ids
+        padded[n:, 0] = self.eos_id  # a padding sentence is an empty one: never a row with nothing to attend to
+        src_mask = (padded != self.pad_id).astype(np.int32)
+        batch = DeviceBatch(shapes, src_mask, np.full(shapes.rows, self.eos_id, np.int64))
+        self.workspace.fit(self.workspace.sizes(self.config, shapes, cached=False))
+        binding = self.encoder.io_binding()
+        binding.bind_cpu_input(contract.SRC_IDS, padded)
+        binding.bind_cpu_input(contract.SRC_MASK, src_mask)
+        address = self.workspace.address(CROSS)
+        binding.bind_output(serving_spec.CROSS_KV, self.device, 0, self.dtype.type, shapes.cross(self.config), address)
+        self.encoder.run_with_iobinding(binding)
+        self.owner = batch
+        return fresh_state(batch, n)
 
-    # -- decoder -----------------------------------------------------------------------------------------
+    def owned(self, batch: DeviceBatch) -> DeviceBatch:
+        if batch is not self.owner:
+            raise ValueError(
+                "this decoder state's batch has left the device: a newer batch was started on this engine, "
+                "and one engine on a GPU decodes one batch at a time"
+            )
+        return batch
 
-    def bind_slices(self, binding: ort.IOBinding, value: ort.OrtValue, names: list[str], output: list[str]) -> None:
-        """Bind slice i (along the first axis) of the device tensor ``value`` as input ``names[i]`` and, where
-        ``output`` names one, as that output too (the same memory: written in place)."""
-        shape = value.shape()
+    # -- decoder -------------------------------------------------------------------------------------------
+
+    def step_of(self, batch: DeviceBatch) -> Step:
+        """The bucket's inputs, outputs and bindings (made on its first use in this workspace), holding the batch's
+        source mask."""
+        self.workspace.fit(self.workspace.sizes(self.config, batch.shapes, batch.cached))
+        key = (self.workspace.generation, batch.shapes)
+        if key not in self.steps:
+            shapes, device = batch.shapes, self.device
+            self.steps = {k: v for k, v in self.steps.items() if k[0] == self.workspace.generation}
+            self.steps[key] = Step(
+                ids=ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows], np.int64, device, 0),
+                seqlens=ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows], np.int32, device, 0),
+                src_mask=ort.OrtValue.ortvalue_from_shape_and_type(
+                    [shapes.sentences, shapes.src_len], np.int32, device, 0
+                ),
+                parents=ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows], np.int64, device, 0),
+                group_shape=np.array([shapes.sentences, shapes.group, self.config.d_model], np.int64),
+            )
+        step = self.steps[key]
+        if step.mask_of is not batch:
+            step.src_mask.update_inplace(batch.src_mask)
+            step.mask_of = batch
+        return step
+
+    def bind_slices(
+        self, binding: ort.IOBinding, role: str, shape: list[int], names: list[str], out: list[str]
+    ) -> None:
+        """Bind slice i (along the first axis) of the tensor of ``shape`` at ``role``'s buffer as input ``names[i]``
+        and, where ``out`` names one, as that output too (the same memory: written in place)."""
         part = shape[1:]
-        part_bytes = int(np.prod(part)) * self.dtype.itemsize
-        base = value.data_ptr()
+        base, part_bytes = self.workspace.address(role), numel(part) * self.dtype.itemsize
         for i, name in enumerate(names):
-            address = base + i * part_bytes
-            binding.bind_input(name, self.device, 0, self.dtype.type, part, address)
-            if output:
-                binding.bind_output(output[i], self.device, 0, self.dtype.type, part, address)
+            binding.bind_input(name, self.device, 0, self.dtype.type, part, base + i * part_bytes)
+            if out:
+                binding.bind_output(out[i], self.device, 0, self.dtype.type, part, base + i * part_bytes)
 
-    def capacity_for(self, batch: DeviceBatch) -> int:
-        """Cache positions to allocate: the search's default limit, source length + 50 (it grows if exceeded)."""
-        return int(batch.cross.shape()[3]) + EXTRA_LEN + 1
-
-    def allocate(self, shape: list[int], dtype: type, name: str) -> ort.OrtValue:
-        """An OrtValue for input ``name`` where its kernel reads it: host memory or the device's."""
-        where = "cpu" if name in serving_spec.HOST_READ else self.device
-        return ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, where, 0)
-
-    def bind(self, batch: DeviceBatch) -> None:
-        """Bind every decoder input and the cache outputs of ``batch`` (once per batch, again after a select)."""
-        rows, cfg = batch.rows, self.config
-        if batch.cache is None:  # positions past the length are never read: no need to clear it
-            capacity = self.capacity_for(batch)
-            shape = [2 * cfg.n_decoder_layers, rows, cfg.n_heads, capacity, cfg.d_head]
-            batch.cache = ort.OrtValue.ortvalue_from_shape_and_type(shape, self.dtype.type, self.device, 0)
-            batch.indirection = np.zeros((batch.sentences, batch.group, capacity), np.int32)
-        batch.ids = np.full(rows, self.eos_id, np.int64)
+    def decoding(self, step: Step, shapes: Shapes, k: int) -> ort.IOBinding:
+        """The decoder's binding for a bucket, with the head's ``k``."""
+        key = ("decode", k)
+        if key in step.bindings:
+            return step.bindings[key]
         binding = self.decoder.io_binding()
-        batch.step_inputs = {contract.TGT_IDS: self.allocate([rows], np.int64, contract.TGT_IDS)}
-        if (name := serving_spec.CACHE_INDIRECTION) in self.input_names:
-            batch.step_inputs[name] = self.allocate(list(batch.indirection.shape), np.int32, name)
-            batch.step_inputs[name].update_inplace(batch.indirection)  # as it stays with one row per sentence
-        for spec in self.position_specs:
-            shape = [rows if axis == "rows" else int(axis) for axis in spec.shape]
-            batch.step_inputs[spec.name] = self.allocate(shape, np.int32, spec.name)
-        for name, value in batch.step_inputs.items():
+        for name, value in (
+            (contract.TGT_IDS, step.ids),
+            (serving_spec.SEQLENS_K, step.seqlens),
+            (contract.SRC_MASK, step.src_mask),
+        ):
             binding.bind_ortvalue_input(name, value)
-        constants = {  # copied where their kernels read them, once: never written after
-            serving_spec.BEAM_WIDTH: np.array([batch.group], np.int32),
-            serving_spec.GROUP_SHAPE: np.array([batch.sentences, batch.group, cfg.d_model], np.int64),
-            contract.SRC_MASK: batch.src_mask,
-        }
-        for name, array in constants.items():
-            if name in self.input_names:
-                binding.bind_cpu_input(name, array)
-        self.bind_slices(binding, batch.cross, self.cross_names, [])
-        self.bind_slices(binding, batch.cache, self.cache_names, self.present_names)
-        batch.binding, batch.bound_k = binding, 0
-
-    def bind_outputs(self, batch: DeviceBatch, k: int) -> None:
-        """(Re)bind the head's ``k`` and its (rows, k) outputs, left on the device."""
-        assert batch.binding is not None
-        batch.binding.bind_cpu_input(contract.TOP_K, np.array([k], np.int64))
-        batch.outputs = (
-            ort.OrtValue.ortvalue_from_shape_and_type([batch.rows, k], np.float32, self.device, 0),
-            ort.OrtValue.ortvalue_from_shape_and_type([batch.rows, k], np.int64, self.device, 0),
-        )
-        for name, value in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), batch.outputs, strict=True):
-            batch.binding.bind_ortvalue_output(name, value)
-        batch.bound_k = k
-
-    def write_step_inputs(self, batch: DeviceBatch) -> None:
-        """The step's tokens, positions and indirection table, written into the bound values by ONNX Runtime."""
-        for name, value in batch.step_inputs.items():
-            if name == contract.TGT_IDS:
-                value.update_inplace(batch.ids)
-            elif name == serving_spec.CACHE_INDIRECTION:
-                if batch.group > 1:  # with one row per sentence the table stays as bound (zeros: its own row)
-                    value.update_inplace(batch.indirection)
-            else:
-                value.update_inplace(np.full(value.shape(), batch.past_len, np.int32))
-
-    def grow(self, batch: DeviceBatch) -> None:
-        """Double the cache capacity (a search whose limit exceeds source length + 50) by way of the host: rare."""
-        assert batch.cache is not None
-        old, t = key_layout.plain(batch.cache.numpy(), self.key_chunk), batch.past_len
-        cache = np.zeros((*old.shape[:3], 2 * old.shape[3], old.shape[4]), old.dtype)
-        cache[:, :, :, :t] = old[:, :, :, :t]
-        batch.cache = self.on_device(cache)
-        indirection = np.zeros((*batch.indirection.shape[:2], cache.shape[3]), np.int32)
-        indirection[:, :, :t] = batch.indirection[:, :, :t]
-        batch.indirection = indirection
-        self.bind(batch)
-
-    def on_device(self, plain_cache: np.ndarray) -> ort.OrtValue:
-        """A plain cache copied to the device in its kernel's key layout."""
-        cache = key_layout.in_kernel_layout(plain_cache, self.key_chunk)
-        return ort.OrtValue.ortvalue_from_numpy(cache, self.device, 0)
+        binding.bind_cpu_input(serving_spec.GROUP_SHAPE, step.group_shape)
+        step.top_k[k] = np.array([k], np.int64)
+        binding.bind_cpu_input(contract.TOP_K, step.top_k[k])
+        self.bind_slices(binding, CROSS, shapes.cross(self.config), self.cross_names, [])
+        self.bind_slices(binding, CACHE, shapes.cache(self.config), self.cache_names, self.present_names)
+        if k not in step.outputs:
+            step.outputs[k] = (
+                ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows, k], np.float32, self.device, 0),
+                ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows, k], np.int64, self.device, 0),
+            )
+        for name, value in zip((contract.TOP_LOG_PROBS, contract.TOP_IDS), step.outputs[k], strict=True):
+            binding.bind_ortvalue_output(name, value)
+        step.bindings[key] = binding
+        return binding
 
     def run_step(self, state: DeviceState, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], DeviceState]:
         """Feed ``tgt_ids`` (rows, new_len), one token at a time; the head's outputs for the search's rows."""
-        batch = consume(state)
-        rows = None if state.identity else state.rows
-        n = batch.rows if rows is None else rows.size
-        if tgt_ids.ndim != 2 or tgt_ids.shape[0] != n:
-            raise ValueError(f"tgt_ids must be (rows, new_len) with {n} rows, got {tgt_ids.shape}")
-        if batch.binding is None or batch.cache is None:
-            self.bind(batch)
+        batch = self.owned(consume(state))
+        rows = state.rows
+        if tgt_ids.ndim != 2 or tgt_ids.shape[0] != rows.size:
+            raise ValueError(f"tgt_ids must be (rows, new_len) with {rows.size} rows, got {tgt_ids.shape}")
+        if tgt_ids.shape[1] < 1:
+            raise ValueError("tgt_ids must hold at least one token per row")
         for column in range(tgt_ids.shape[1]):
-            assert batch.cache is not None
-            if batch.past_len + 1 > batch.cache.shape()[3]:
+            if batch.past_len + 1 > batch.shapes.capacity:
                 self.grow(batch)
-            if batch.bound_k != k:
-                self.bind_outputs(batch, k)
-            if rows is None:
-                batch.ids[:] = tgt_ids[:, column]
-            else:
-                batch.ids[rows] = tgt_ids[:, column]  # other rows (finished sentences) run on, unread
-            batch.indirection[:, :, batch.past_len] = np.arange(batch.group)  # each row's new key/value: its own
-            self.write_step_inputs(batch)
-            self.decoder.run_with_iobinding(batch.binding)
+            batch.cached = True
+            step = self.step_of(batch)
+            batch.ids[rows] = tgt_ids[:, column]  # other rows (padding, finished sentences) run on, unread
+            step.ids.update_inplace(batch.ids)
+            step.seqlens.update_inplace(np.full(batch.shapes.rows, batch.past_len, np.int32))
+            binding = self.decoding(step, batch.shapes, k)
+            self.run(self.decoder, binding, ("decode", self.workspace.generation, batch.shapes, k))
             batch.past_len += 1
         # numpy() copies from a GPU but is a view of host memory the next step overwrites: a copy either way
-        outputs = tuple(out.numpy().copy() if rows is None else out.numpy()[rows] for out in batch.outputs)
+        outputs = tuple(out.numpy()[rows] for out in step.outputs[k])
         return outputs, DeviceState(batch, batch.version, state.blocks)
 
-    # -- row selection -----------------------------------------------------------------------------------
+    def grow(self, batch: DeviceBatch) -> None:
+        """Twice the cache positions (a search whose limit exceeds source length + 50), by way of the host: rare."""
+        old, t = batch.shapes, batch.past_len
+        limit = positions_limit(self.config)
+        if old.capacity >= limit:
+            raise ValueError(f"a translation cannot run past {limit} tokens, the positions this model has")
+        new = Shapes(old.sentences, old.group, old.src_len, min(2 * old.capacity, limit))
+        cache = self.workspace.read(CACHE, old.cache(self.config))
+        grown = np.zeros(new.cache(self.config), cache.dtype)
+        grown[:, :, :, :t] = cache[:, :, :, :t]
+        self.workspace.write(CACHE, grown)
+        batch.shapes = new
+
+    # -- row selection -------------------------------------------------------------------------------------
 
     def select(self, state: DeviceState, rows: np.ndarray) -> DeviceState:
-        """The search's new rows, ``rows`` of the old ones: within sentence blocks, by the indirection table alone;
-        sentences that leave or move, by the state's map of blocks, until so few are read that the read blocks are
-        gathered to the front on the device; anything else, by way of the host."""
+        """The search's new rows, ``rows`` of the old ones: within sentence blocks, by one captured gather of the
+        cache's rows; sentences that leave, by the state's map of blocks alone; anything else by way of the host."""
         rows = np.asarray(rows, dtype=np.int64)
-        batch = consume(state)
-        g, t = batch.group, batch.past_len
+        batch = self.owned(consume(state))
+        g = batch.group
         n = state.blocks.size * g
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= n)):
             raise ValueError(f"rows must be indices below {n}")
+        if not batch.cached and g == 1 and (k := run_length(rows)) and distinct(rows[::k]):
+            return self.regrouped(batch, state.blocks[rows[::k]], k)  # the beam's k copies, at the start
         of = (rows // g).reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g) each row's old sentence
-        if batch.cache is None and g == 1 and (k := run_length(rows)) and distinct(rows[::k]):
-            return fresh_state(self.regrouped(batch, state.blocks[rows[::k]], k))  # the beam's k copies, at the start
         if of is None or not (of == of[:, :1]).all() or not distinct(of[:, 0]):
-            physical = state.rows[rows]
-            return fresh_state(self.regrouped(batch, physical // g, 1, self.materialized(batch, physical)))
+            return self.regrouped(batch, state.rows[rows] // g, 1, state.rows[rows])
         read = state.blocks[of[:, 0]]  # (new sentences,) the physical blocks still read
-        if batch.cache is not None:  # the beams' reordering: their histories only
-            beams = (rows % g).reshape(-1, g)[:, :, None]
-            batch.indirection[read, :, :t] = np.take_along_axis(batch.indirection[read, :, :t], beams, axis=1)
-        if not 0 < read.size <= COMPACT_BELOW * batch.sentences:
-            return DeviceState(batch, batch.version, read)
-        cache = None
-        if batch.cache is not None:
-            cache = self.io.take([batch.cache], (read[:, None] * g + np.arange(g)).reshape(-1), axis=1)[0]
-        fresh = self.regrouped(batch, read, g, cache)
-        if cache is not None:
-            fresh.indirection = np.ascontiguousarray(batch.indirection[read])
-        return fresh_state(fresh)
+        if batch.cached:
+            parents = np.arange(batch.shapes.rows)
+            parents[(read[:, None] * g + np.arange(g)).reshape(-1)] = state.rows[rows]
+            if not (parents == np.arange(parents.size)).all():
+                self.reordered(batch, parents)
+        return DeviceState(batch, batch.version, read)
+
+    def reordered(self, batch: DeviceBatch, parents: np.ndarray) -> None:
+        """Each row of the cache takes its parent's history, in place."""
+        step = self.step_of(batch)
+        step.parents.update_inplace(parents)
+        if ("reorder", 0) not in step.bindings:
+            binding = self.reorder.io_binding()
+            shape = batch.shapes.cache(self.config)
+            names = [f"data_{i}" for i in range(shape[0])]
+            self.bind_slices(binding, CACHE, shape, names, [f"out_{i}" for i in range(shape[0])])
+            binding.bind_ortvalue_input(INDICES, step.parents)
+            step.bindings["reorder", 0] = binding
+        self.run(self.reorder, step.bindings["reorder", 0], ("reorder", self.workspace.generation, batch.shapes))
 
     def regrouped(
-        self, batch: DeviceBatch, sentences: np.ndarray, group: int, cache: ort.OrtValue | None = None
-    ) -> DeviceBatch:
-        """A batch of ``group`` rows for each of ``sentences`` (old ones), over ``cache``."""
-        unchanged = sentences.size == batch.sentences and bool((sentences == np.arange(sentences.size)).all())
-        cross = batch.cross if unchanged else self.io.take([batch.cross], sentences, axis=1)[0]
-        fresh = DeviceBatch(cross, np.ascontiguousarray(batch.src_mask[sentences]), group, past_len=batch.past_len)
-        if cache is not None:
-            fresh.cache = cache
-            fresh.indirection = np.zeros((sentences.size, group, int(cache.shape()[3])), np.int32)
-        return fresh
+        self, batch: DeviceBatch, sentences: np.ndarray, group: int, rows: np.ndarray | None = None
+    ) -> DeviceState:
+        """A batch of ``group`` rows for each of ``sentences`` (old blocks) over the old ``rows``' histories (a row
+        each; none before the first step). Where the blocks keep their places (the beam's start) nothing
+        moves; else the cross keys/values and the cache move by way of the host."""
+        n = sentences.size
+        shapes = batch.shapes.regrouped(n, group)
+        in_place = shapes.sentences == batch.shapes.sentences and bool((sentences == np.arange(n)).all())
+        picked = np.zeros(shapes.sentences, np.int64)  # padding blocks: copies of the first
+        picked[:n] = sentences
+        src_mask = batch.src_mask if in_place else np.ascontiguousarray(batch.src_mask[picked])
+        fresh = DeviceBatch(shapes, src_mask, np.full(shapes.rows, self.eos_id, np.int64), past_len=batch.past_len)
+        if not in_place:
+            cross = self.workspace.read(CROSS, batch.shapes.cross(self.config))
+            self.workspace.write(CROSS, np.ascontiguousarray(cross[:, picked]))
+        if batch.cached:
+            assert rows is not None  # a batch regroups its sentences' blocks only before its first step
+            old_rows = np.zeros(shapes.rows, np.int64)
+            old_rows[: rows.size] = rows
+            cache = self.workspace.read(CACHE, batch.shapes.cache(self.config))
+            self.workspace.write(CACHE, np.ascontiguousarray(cache[:, old_rows]))
+            fresh.cached = True
+        self.owner = fresh
+        return fresh_state(fresh, n)
 
-    def materialized(self, batch: DeviceBatch, rows: np.ndarray) -> ort.OrtValue | None:
-        """Each of ``rows`` with its whole history in its own row, by way of the host: for selections that cross
-        sentences, which the searches never make (they keep each sentence's beams together)."""
-        if batch.cache is None:
-            return None
-        cache, g, t = key_layout.plain(batch.cache.numpy(), self.key_chunk), batch.group, batch.past_len
-        history = rows[:, None] // g * g + batch.indirection.reshape(batch.rows, -1)[rows, :t]  # (new rows, t)
-        own = np.zeros((cache.shape[0], rows.size, *cache.shape[2:]), cache.dtype)
-        own[:, :, :, :t] = cache[:, history, :, np.arange(t)].transpose(2, 0, 3, 1, 4)  # (rows, t, kv, h, d) → …
-        return self.on_device(own)
+
+def run_options(graph_id: str) -> ort.RunOptions:
+    options = ort.RunOptions()
+    options.add_run_config_entry(GRAPH_ID, graph_id)
+    return options

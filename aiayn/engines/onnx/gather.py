@@ -26,13 +26,17 @@ def tensor_info(name: str, dtype: str, shape: Sequence[str | int]) -> onnx.Value
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))
 
 
-def gather_model(tensors: Sequence[tuple[str, int]], axis: int = 0) -> bytes:
+def gather_model(tensors: Sequence[tuple[str, int]], axis: int = 0, in_place: bool = False) -> bytes:
     """A serialized ModelProto: inputs ``data_i`` (dtype, rank) and ``rows`` (int64), ``out_i`` = ``data_i``'s
-    ``rows`` along ``axis``."""
-    nodes = [
-        helper.make_node("Gather", [f"data_{i}", INDICES], [f"out_{i}"], f"gather_data_{i}", axis=axis)
-        for i in range(len(tensors))
-    ]
+    ``rows`` along ``axis``. ``in_place``: ``out_i`` may be bound to ``data_i``'s own memory. Each tensor is gathered
+    into a temporary and copied out before the next is read (the nodes run in the order written), so that the
+    temporaries take the memory of one tensor, not of all."""
+    nodes = []
+    for i in range(len(tensors)):
+        gathered = f"gathered_{i}" if in_place else f"out_{i}"
+        nodes.append(helper.make_node("Gather", [f"data_{i}", INDICES], [gathered], f"gather_data_{i}", axis=axis))
+        if in_place:
+            nodes.append(helper.make_node("Identity", [gathered], [f"out_{i}"], f"copy_out_{i}"))
     inputs = [tensor_info(f"data_{i}", dtype, symbolic(f"data_{i}", rank)) for i, (dtype, rank) in enumerate(tensors)]
     outputs = [tensor_info(f"out_{i}", dtype, symbolic(f"out_{i}", rank)) for i, (dtype, rank) in enumerate(tensors)]
     graph = helper.make_graph(nodes, "select_rows", [*inputs, tensor_info(INDICES, "int64", ["n_rows"])], outputs)

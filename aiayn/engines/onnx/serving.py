@@ -6,9 +6,10 @@ inside: only each row's k best ids and log-probabilities leave ONNX Runtime. The
 really do, as data and as one state back end:
 
 - the ops: on a CPU GroupQueryAttention over per-row lengths, in fp32 or its w8, w4 (``block_quant.py``) and int8
-  (``quantize.py``) weights; on CUDA DecoderMaskedMultiHeadAttention over one length per batch, fp32 or fp16;
-- the state: on a CPU NumPy buffers bound in place (``host_buffers.py``); on a GPU OrtValues in the device's memory,
-  every input written through ONNX Runtime where its kernel reads it (``device_buffers.py``).
+  (``quantize.py``) weights; on CUDA the new key/value scattered into the cache and MultiHeadAttention over it, every
+  position on the device, fp32 or fp16;
+- the state: on a CPU NumPy buffers bound in place (``host_buffers.py``); on a GPU buffers in the device's memory at
+  addresses that stay put, each step a captured CUDA graph's replay (``device_buffers.py``).
 
 The CUDA graphs also run on the CPU provider (``graphs_for="cuda"``), with their own state back end: that is how they
 are proven without a GPU, under CUDA's binding rules (``tests/conftest.py``).
@@ -23,13 +24,13 @@ import numpy as np
 import onnxruntime as ort
 from safetensors.numpy import load_file
 
-from aiayn.core.config import ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_SERVING, SERVING_VARIANTS
 from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
 from aiayn.engines.onnx.device_buffers import DeviceBuffers
+from aiayn.engines.onnx.gather import gather_model
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.kernel_rows import rows_for
 from aiayn.engines.onnx.quantize import quantize_int8
@@ -52,15 +53,6 @@ class StateBuffers(Protocol[S]):
     def run_step(self, state: S, tgt_ids: np.ndarray, k: int) -> tuple[tuple[np.ndarray, ...], S]: ...
 
     def select(self, state: S, rows: np.ndarray) -> S: ...
-
-
-def unservable(config: ModelConfig, device: str) -> str:
-    """Why the serving graphs cannot run a model of ``config`` on ``device`` at all, or ""."""
-    d_head = config.d_head
-    if device == "cuda" and d_head not in serving_spec.CUDA_HEAD_SIZES:
-        sizes = ", ".join(map(str, serving_spec.CUDA_HEAD_SIZES))
-        return f"its head size {d_head} is none of the CUDA attention kernel's ({sizes})"
-    return ""
 
 
 class ServingEngine(Generic[S]):
@@ -116,14 +108,17 @@ class ServingEngine(Generic[S]):
                 encoder = open_session(models[0], [CPU], threads)
                 decoder = open_session(models[1], [CPU], threads, profile_prefix=profile_prefix)
             else:
-                pairs = zip(paths, models, strict=True)
-                encoder, decoder = (open_on_device(path, model, device, threads) for path, model in pairs)
+                encoder = open_on_device(paths[0], models[0], device, threads)
+                decoder = open_on_device(paths[1], models[1], device, threads, graphs=True)
         check_built_graph(encoder, serving_spec.serving_encoder_spec(folder.config, ops))
         check_built_graph(decoder, serving_spec.serving_decoder_spec(folder.config, ops))
         if graphs_for == "cpu":
             buffers: StateBuffers[Any] = HostBuffers(folder.config, encoder, decoder, rows_for(scheme))
         else:
-            buffers = DeviceBuffers(folder.config, ops, encoder, decoder)
+            slices = [(ops.dtype, 4)] * 2 * folder.config.n_decoder_layers  # each layer's keys, values: in place
+            in_place = gather_model(slices, in_place=True)
+            reorder = open_on_device(None, in_place, device, threads, graphs=True, optimize=False)
+            buffers = DeviceBuffers(folder.config, ops, encoder, decoder, reorder)
         return cls(folder, ops, buffers, lanes)
 
     # -- the step interface ------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ step is a few dozen kernels instead of a few hundred:
   activations);
 - decoder self-attention works on a preallocated key/value buffer (rows, heads, capacity, d_head): the
   engine binds the same buffer as ``cache_*`` and ``present_*``, so the new key/value is written in place
-  (no concat). The kernel is the device's (``serving_spec.SERVING_OPS``): ``GroupQueryAttention`` on a CPU,
-  ``DecoderMaskedMultiHeadAttention`` on CUDA (GroupQueryAttention's CUDA kernel is fp16-only);
+  (no concat). The kernels are the device's (``serving_spec.SERVING_OPS``): ``GroupQueryAttention`` on a CPU; on
+  CUDA ``ScatterElements`` into the cache and ``MultiHeadAttention`` over it, every position on the device, so that
+  a step can be captured as one CUDA graph;
 - cross-attention is ``MultiHeadAttention`` over the encoder's per-layer keys/values
   in BNSH layout (sentences, heads, src_len, d_head), computed once by the encoder.
   The rows of one sentence (its beams) are that sentence's query *sequence*, so the
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -85,20 +86,18 @@ from aiayn.core.weight_spec import (
 from aiayn.engines.onnx.block_quant import BlockScheme
 from aiayn.engines.onnx.graph_builder import (
     MS_DOMAIN,
+    POSITION_MARGIN,
     WEIGHTS_FILE,
     ExternalWeights,
     GraphBuilder,
     Sublayers,
 )
 from aiayn.engines.onnx.serving_spec import (
-    BEAM_WIDTH,
-    CACHE_INDIRECTION,
     CPU_OPS,
     CROSS_KV,
-    DMMHA,
     GQA,
     GROUP_SHAPE,
-    PAST_LEN,
+    SCATTERED,
     SEQLENS_K,
     SERVING_DECODER,
     SERVING_ENCODER,
@@ -207,39 +206,69 @@ def build_encoder(
     return g.model(serving_encoder_spec(config, ops))
 
 
-def group_query_attention(g: GraphBuilder, qkv: str, cache: list[str], present: list[str], heads: int) -> str:
-    """GroupQueryAttention over packed (rows, 1, 3d) Q, K, V at each row's ``seqlens_k``: (rows, 1, d)."""
-    out = g.op1(
-        "GroupQueryAttention",
-        [qkv, "", "", *cache, SEQLENS_K, TOTAL_LEN],
-        "gqa",
-        MS_DOMAIN,
-        num_heads=heads,
-        kv_num_heads=heads,
-    )
-    g.nodes[-1].output.extend(present)  # the cache buffers, bound again: in place
-    return out
+Attend = Callable[[str, list[str], list[str]], str]  # (packed (rows, 1, 3d) Q, K, V; cache; present) → (rows, 1, d)
 
 
-def decoder_masked_attention(g: GraphBuilder, qkv: str, cache: list[str], present: list[str], heads: int) -> str:
-    """DecoderMaskedMultiHeadAttention over (rows, 1, 3d) split into Q, K, V after ``past_len`` tokens: (rows, 1, d).
-    The cache is shared between past and present (``past_present_share_buffer``): the new key/value lands at
-    ``past_len`` in place, in the row's own slot; a beam reads its earlier positions from the rows of its sentence
-    that ``cache_indirection`` names, so that the beam's reordering moves no cache."""
-    q, k, v = g.op("Split", [qkv], "split", 3, axis=-1, num_outputs=3)
-    out = g.op1(
-        "DecoderMaskedMultiHeadAttention",
-        [q, k, v, "", "", *cache, PAST_LEN, BEAM_WIDTH, CACHE_INDIRECTION],
-        "dmmha",
-        MS_DOMAIN,
-        num_heads=heads,
-        past_present_share_buffer=1,
-    )
-    g.nodes[-1].output.extend(present)
-    return out
+def group_query_attention(g: GraphBuilder, config: ModelConfig) -> Attend:
+    """GroupQueryAttention over packed Q, K, V at each row's ``seqlens_k``, appending to the cache in place."""
+
+    def attend(qkv: str, cache: list[str], present: list[str]) -> str:
+        heads = config.n_heads
+        inputs = [qkv, "", "", *cache, SEQLENS_K, TOTAL_LEN]
+        out = g.op1("GroupQueryAttention", inputs, "gqa", MS_DOMAIN, num_heads=heads, kv_num_heads=heads)
+        g.nodes[-1].output.extend(present)  # the cache buffers, bound again: in place
+        return out
+
+    return attend
 
 
-SELF_ATTENTION = {GQA: group_query_attention, DMMHA: decoder_masked_attention}
+def scattered_attention(g: GraphBuilder, config: ModelConfig) -> Attend:
+    """The new key and value written into the cache (rows, heads, capacity, d_head) at each row's ``seqlens_k`` by
+    ScatterElements, in place (its output is bound to its input's buffer), then MultiHeadAttention of the new query
+    over the whole cache with its unfilled positions masked.
+
+    Every position comes from ``seqlens_k`` on the device, and the one shape a kernel reads from host memory comes
+    straight from a ``Shape`` node: no node falls back to the CPU, nothing is copied between host and device, so the
+    step is one CUDA graph for ONNX Runtime to capture (``device_buffers.py``). A cache's unfilled positions hold zeros
+    or an earlier batch's values, never NaN or infinity: masked, they weigh exactly 0."""
+    heads, d_head = config.n_heads, config.d_head
+    # Once per step, for every layer: each row's position shaped as one new key (Expand broadcasts), and the mask of
+    # the filled positions (rows, capacity), 1 up to and including the new one.
+    at = g.op1("Reshape", [SEQLENS_K, g.const("rows_1_1_1", np.array([-1, 1, 1, 1]))], "at")
+    write_at = g.op1("Expand", [at, g.const("one_key", np.array([1, heads, 1, d_head]))], "write_at")
+    capacity = g.op1("Shape", [kv_names(config, "cache")[0]], "capacity", start=2, end=3)  # [capacity]
+    every_position = np.arange(config.max_len + POSITION_MARGIN, dtype=np.int32)[None, :]  # as the positions' table
+    positions = g.op1(
+        "Slice",
+        [
+            g.const("cache_positions", every_position),
+            g.const("from_0", np.array([0])),
+            capacity,
+            g.const("axis_1", np.array([1])),
+        ],
+        "positions",
+    )  # (1, capacity)
+    last = g.op1("Reshape", [SEQLENS_K, g.const("rows_1", np.array([-1, 1]))], "last")  # (rows, 1)
+    filled = g.op1("Less", [positions, g.op1("Add", [last, g.const("one_i32", np.array(1, np.int32))], "end")], "lt")
+    filled_mask = g.op1("Cast", [filled], "filled_mask", to=onnx.TensorProto.INT32)
+    one_position = g.const("one_position", np.array([-1, heads, 1, d_head]))
+
+    def attend(qkv: str, cache: list[str], present: list[str]) -> str:
+        q, k, v = g.op("Split", [qkv], "split", 3, axis=-1, num_outputs=3)  # (rows, 1, d) each
+        for past, new, written in zip(cache, (k, v), present, strict=True):  # (rows, heads, 1, d_head): free
+            new4 = g.op1("Reshape", [new, one_position], "new4")
+            scatter = helper.make_node("ScatterElements", [past, write_at, new4], [written], g.fresh("scatter"), axis=2)
+            g.nodes.append(scatter)
+        mha = [q, present[0], present[1], "", filled_mask]
+        return g.op1("MultiHeadAttention", mha, "mha", MS_DOMAIN, num_heads=heads)
+
+    return attend
+
+
+SELF_ATTENTION: dict[str, Callable[[GraphBuilder, ModelConfig], Attend]] = {
+    GQA: group_query_attention,
+    SCATTERED: scattered_attention,
+}
 
 
 def padded_columns(w: np.ndarray, multiple: int) -> np.ndarray:
@@ -269,12 +298,12 @@ def build_decoder(
     rows_d = g.const("rows_d", np.array([-1, d]))
     rows_1_3d = g.const("rows_1_3d", np.array([-1, 1, 3 * d]))
     cross, cache, present = (kv_names(config, prefix) for prefix in ("cross", "cache", "present"))
-    attend = SELF_ATTENTION[ops.self_attention]
+    attend = SELF_ATTENTION[ops.self_attention](g, config)
 
     def self_attention(h: str, prefix: str, i: int) -> str:
         qkv = g.linear(h, [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"], "qkv")  # (rows, 3d)
         qkv = g.op1("Reshape", [qkv, rows_1_3d], "qkv3")  # (rows, 1, 3d): packed Q, K, V
-        out = attend(g, qkv, cache[2 * i : 2 * i + 2], present[2 * i : 2 * i + 2], heads)
+        out = attend(qkv, cache[2 * i : 2 * i + 2], present[2 * i : 2 * i + 2])
         return g.linear(g.op1("Reshape", [out, rows_d], "o2d"), [f"{prefix}.{W_O}"], "wo")
 
     def cross_attention(h: str, prefix: str, i: int) -> str:
@@ -308,7 +337,7 @@ def build_decoder(
     if g.dtype != np.float32:  # the softmax's sum and the scores the search adds up stay fp32
         logits = g.op1("Cast", [logits], "logits32", to=onnx.TensorProto.FLOAT)
     log_probs = g.op1("LogSoftmax", [logits], "log_probs", axis=-1)
-    if block := block_size(vocab):
+    if ops.two_stage_top_k and (block := block_size(vocab)):
         two_stage_top_k(g, log_probs, TOP_K, block, vocab, [TOP_LOG_PROBS, TOP_IDS])
     else:
         g.nodes.append(helper.make_node("TopK", [log_probs, TOP_K], [TOP_LOG_PROBS, TOP_IDS], name="top_k", axis=-1))

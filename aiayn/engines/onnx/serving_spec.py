@@ -25,21 +25,19 @@ from aiayn.core.contract import (
 
 # The encoder's one output, and the decoder step's position inputs.
 CROSS_KV, SEQLENS_K, TOTAL_LEN, GROUP_SHAPE = "cross_kv", "seqlens_k", "total_len", "group_shape"
-PAST_LEN, BEAM_WIDTH, CACHE_INDIRECTION = "past_len", "beam_width", "cache_indirection"
 
-# The inputs a CUDA kernel reads from host memory (declared as CPU inputs in its kernel definition): the cached length
-# and beam width of DecoderMaskedMultiHeadAttention (``decoder_masked_multihead_attention.cc``), Reshape's shape and
-# TopK's k. ONNX Runtime copies every other input bound from the host to the device when it is bound (``IOBinding``),
-# so a value the engine rewrites each step lives where its kernel reads it and is written through ONNX Runtime.
-HOST_READ = frozenset({PAST_LEN, BEAM_WIDTH, GROUP_SHAPE, TOP_K_INPUT.name})
-# The head sizes DecoderMaskedMultiHeadAttention's CUDA kernel is compiled for ("Unsupported head size" otherwise).
-CUDA_HEAD_SIZES = (32, 64, 128)
+# The inputs a CUDA kernel reads from host memory (declared as CPU inputs in its kernel definition): Reshape's shape
+# and TopK's k. ONNX Runtime copies every other input bound from the host to the device when it is bound
+# (``IOBinding``), so a value the engine rewrites each step lives on the device and is written through ONNX Runtime;
+# and a captured CUDA graph replays what these two held when it was captured, so they are fixed per graph.
+HOST_READ = frozenset({GROUP_SHAPE, TOP_K_INPUT.name})
 
-# The decoder's self-attention kernels. GroupQueryAttention: per-row lengths, CPU kernels in fp32 (its CUDA kernel
-# is fp16/bf16 and causal-only). DecoderMaskedMultiHeadAttention: one new token per row after one shared length
-# (every row of a batch is at the same step), fp32 and fp16 on CUDA, a CPU kernel too; head sizes 32, 64 and 128 on
-# CUDA.
-GQA, DMMHA = "GroupQueryAttention", "DecoderMaskedMultiHeadAttention"
+# The decoder's self-attention. GroupQueryAttention (CPU): per-row lengths over a cache bound as past and present
+# (its CUDA kernel is fp16/bf16 only, and reads the total length from host memory). On CUDA the new key and value are
+# scattered into the cache at each row's position (ScatterElements, in place) and MultiHeadAttention reads the whole
+# cache under a mask of the filled positions, both made from ``seqlens_k`` on the device: no kernel reads a position
+# from host memory, so one step is one CUDA graph, whatever the step (``device_buffers.py``).
+GQA, SCATTERED = "GroupQueryAttention", "ScatterElements+MultiHeadAttention"
 
 
 @dataclass(frozen=True)
@@ -47,17 +45,20 @@ class ServingOps:
     """What one device's serving graphs are made of, read by the builder and the engines (data, not branches)."""
 
     device: str  # where the graphs are meant to run: "cpu" or "cuda"
-    self_attention: str  # GQA or DMMHA
+    self_attention: str  # GQA or SCATTERED
     dtype: str = "float32"  # activations, weights and the caches; positions' table, log-softmax and top-k stay fp32
     logits_multiple: int = 1  # the output projection's columns padded to a multiple of this (fp16 tensor cores: 8)
+    # TopK over the best blocks of the vocabulary (``serving_graphs.two_stage_top_k``): 8 small kernels that beat one
+    # TopK over the whole vocabulary on a CPU; on a GPU one TopK kernel is cheaper than eight launches.
+    two_stage_top_k: bool = True
 
 
 # The serving graphs by (device, variant). The CPU's weight-only variants (w8, w4) and int8 are fp32 graphs with
 # quantized weights (``block_quant.py``, ``quantize.py``).
 SERVING_OPS = {
     ("cpu", "fp32"): ServingOps("cpu", GQA),
-    ("cuda", "fp32"): ServingOps("cuda", DMMHA),
-    ("cuda", "fp16"): ServingOps("cuda", DMMHA, "float16", 8),
+    ("cuda", "fp32"): ServingOps("cuda", SCATTERED, two_stage_top_k=False),
+    ("cuda", "fp16"): ServingOps("cuda", SCATTERED, "float16", 8, two_stage_top_k=False),
 }
 CPU_OPS = SERVING_OPS["cpu", "fp32"]
 
@@ -90,16 +91,7 @@ def serving_encoder_spec(config: ModelConfig, ops: ServingOps = CPU_OPS) -> Grap
 # What each self-attention kernel needs to know of the positions, beside the rows' own (``seqlens_k``).
 STEP_INPUTS = {
     GQA: (TensorSpec(TOTAL_LEN, "int32", (), "the longest row's position + 1"),),
-    DMMHA: (
-        TensorSpec(PAST_LEN, "int32", (1,), "the tokens cached before the new one, the same in every row"),
-        TensorSpec(BEAM_WIDTH, "int32", (1,), "rows per sentence"),
-        TensorSpec(
-            CACHE_INDIRECTION,
-            "int32",
-            ("sentences", "beam", "capacity"),
-            "for each row and cached position, the row of its sentence block that holds that position's key/value",
-        ),
-    ),
+    SCATTERED: (),
 }
 
 

@@ -40,6 +40,8 @@ ORT_WARNING, ORT_ERROR = 2, 3  # logger severities: 2 is ONNX Runtime's default
 # mantissas) on Ampere and newer GPUs, and the CUDA engine could not give the CPU engine's very outputs. Its memory
 # arena grows by what is asked, not to the next power of two (the first GPU run held 4.3× CTranslate2's memory).
 CUDA_OPTIONS = {"use_tf32": "0", "arena_extend_strategy": "kSameAsRequested"}
+# A session whose runs ONNX Runtime may capture as CUDA graphs and replay (``gpu_graph_id``; device_buffers.py).
+CUDA_GRAPHS = {**CUDA_OPTIONS, "enable_cuda_graph": "1"}
 Providers = list[str | tuple[str, dict[str, str]]]  # names, or (name, provider options)
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -48,11 +50,15 @@ class DeviceUnavailable(ValueError):
     """``--device cuda`` where ONNX Runtime cannot run on a GPU."""
 
 
-def session_options(threads: int, log_severity: int = ORT_WARNING, profile_prefix: str = "") -> ort.SessionOptions:
+def session_options(
+    threads: int, log_severity: int = ORT_WARNING, profile_prefix: str = "", optimize: bool = True
+) -> ort.SessionOptions:
     """``profile_prefix``: ONNX Runtime's profiler on, its JSON trace written to a file of that prefix when the
-    session's ``end_profiling`` is called (``aiayn bench --profile``)."""
+    session's ``end_profiling`` is called (``aiayn bench --profile``). ``optimize``: False for a graph that must run as
+    written (an in-place gather's copies, which ONNX Runtime would fold away)."""
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = ort.GraphOptimizationLevel
+    options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -110,14 +116,16 @@ def open_session(
     log_severity: int = ORT_WARNING,
     path: Path | None = None,
     profile_prefix: str = "",
+    optimize: bool = True,
 ) -> ort.InferenceSession:
     """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix.
 
     ``model`` is a file or a serialized graph; ``path`` names the model folder's file it came from, if any (else
-    aiayn built it); ``profile_prefix`` turns ONNX Runtime's profiler on (``session_options``).
+    aiayn built it); ``profile_prefix`` and ``optimize``: ``session_options``.
     """
     try:
-        return inference_session(model, session_options(threads, log_severity, profile_prefix), providers)
+        options = session_options(threads, log_severity, profile_prefix, optimize)
+        return inference_session(model, options, providers)
     except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         if path is None:
@@ -125,15 +133,21 @@ def open_session(
         raise ValueError(f"ONNX Runtime cannot load {path}: {reason}; {REEXPORT.format(folder=path.parent)}") from None
 
 
-def try_cuda(path: Path | None, threads: int, model: Path | bytes) -> tuple[ort.InferenceSession | None, str]:
-    """A session that really runs on CUDA, or None and why not (from ORT's captured log, never shown raw);
-    ``path`` names the file ``model`` came from, if any."""
+def try_cuda(
+    path: Path | None,
+    threads: int,
+    model: Path | bytes,
+    options: dict[str, str] = CUDA_OPTIONS,
+    optimize: bool = True,
+) -> tuple[ort.InferenceSession | None, str]:
+    """A session that really runs on CUDA with the provider's ``options``, or None and why not (from ORT's captured
+    log, never shown raw); ``path`` names the file ``model`` came from, if any."""
     if CUDA not in ort.get_available_providers():
         return None, f"this onnxruntime build has no {CUDA} (install onnxruntime-gpu)"
     ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
     try:
         with captured_stderr() as log:
-            session = open_session(model, [(CUDA, CUDA_OPTIONS), CPU], threads, ORT_ERROR, path)
+            session = open_session(model, [(CUDA, options), CPU], threads, ORT_ERROR, path, optimize=optimize)
     except ValueError as err:
         return None, str(err)
     finally:
@@ -160,15 +174,27 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def open_on_device(path: Path, model: Path | bytes, device: str, threads: int) -> ort.InferenceSession:
-    """A session of ``model`` (read from ``path``) on ``device`` (a resolved one: cpu, or cuda or a
-    DeviceUnavailable error)."""
+def open_on_device(
+    path: Path | None,
+    model: Path | bytes,
+    device: str,
+    threads: int,
+    graphs: bool = False,
+    optimize: bool = True,
+) -> ort.InferenceSession:
+    """A session of ``model`` (read from ``path``; None: aiayn built it) on ``device`` (a resolved one: cpu, or cuda
+    or a DeviceUnavailable error); with ``graphs``, one whose runs ONNX Runtime captures as CUDA graphs where it can
+    (where it cannot, an ordinary session, saying why in one line); ``optimize``: ``session_options``."""
     if device == "cpu":
-        return open_session(model, [CPU], threads, path=path)
-    session, reason = try_cuda(path, threads, model)
+        return open_session(model, [CPU], threads, path=path, optimize=optimize)
+    session, reason = try_cuda(path, threads, model, CUDA_GRAPHS if graphs else CUDA_OPTIONS, optimize)
+    if session is None and graphs:
+        print(f"{path.name if path else 'a graph aiayn built'}: no CUDA graphs ({reason})", file=sys.stderr)
+        session, reason = try_cuda(path, threads, model, CUDA_OPTIONS, optimize)
     if session is None:
+        name = path.name if path else "a graph aiayn built"
         raise DeviceUnavailable(
-            f"--device {device}: ONNX Runtime cannot run {path.name} on a GPU here ({reason}); "
+            f"--device {device}: ONNX Runtime cannot run {name} on a GPU here ({reason}); "
             "use --device cpu, or auto to take the GPU only where it works"
         )
     return session

@@ -1,0 +1,125 @@
+"""What the CUDA step's captured graphs buy, and where the GPU memory goes, on a lent GPU (``gpu_session.sh cuda``):
+
+- per model (bundled en-de; the paper's base size, random weights) and variant (fp32, fp16), a decoding step of one
+  bucket timed three ways over the same bindings: an ordinary run (every kernel launched from the host), the run
+  that captures the graph, and a replay of it; at 1 row and at 128 rows;
+- the GPU memory by part at the base size after beam 4 over 128 sentences: the CUDA context and ONNX Runtime's
+  provider (a one-node session), the serving sessions (weights and their arena), the workspace (cross keys/values,
+  the cache), and the arena's slack (what the process holds beyond those), as ``nvidia-smi`` reports it.
+
+    PYTHONPATH=$PWD python scripts/cuda_graph_probe.py [--device cpu] [--memory fp32|fp16] >> probe.jsonl
+
+``--memory`` measures the memory alone (a fresh process: ``nvidia-smi`` reports a process's whole holding);
+``--device cpu`` runs it on the CPU provider (the CUDA graphs there replay nothing: the dry run of this script).
+It lives in scripts/, outside the package: a developer's measurement on a lent machine, not run by the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aiayn.bench.process import gpu_mb
+from aiayn.core.config import PRESETS
+from aiayn.core.folder import ModelFolder, bundled_models
+from aiayn.engines.load import translator_for
+from aiayn.engines.onnx.device_buffers import CACHE, CROSS, DeviceBuffers
+from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.sessions import open_on_device
+from aiayn.search.translator import SearchSettings
+
+RUNS = 50
+MIB = 1 << 20
+
+
+def base_folder(like: ModelFolder, path: Path) -> ModelFolder:
+    """A base-size folder of random weights with ``like``'s tokenizer (the bench's is exported for CTranslate2 too,
+    which this stage does not carry)."""
+    import torch
+
+    from aiayn.model.transformer import Transformer
+    from aiayn.model.weights import save_weights
+
+    config = PRESETS["base"].replace(
+        vocab_size=like.config.vocab_size, special_tokens=like.config.special_tokens, max_len=like.config.max_len
+    )
+    folder = ModelFolder.create(path, config, like.tokenizer)
+    torch.manual_seed(0)
+    save_weights(Transformer(config).eval(), folder)
+    return folder
+
+
+def step_times(engine: ServingEngine[Any], rows: int) -> dict[str, float]:
+    """Milliseconds of one decoding step of ``rows`` sentences (greedy): ordinary runs, the capture, replays."""
+    buffers = engine.buffers
+    assert isinstance(buffers, DeviceBuffers)
+    state = engine.start(np.tile(np.array([[5, 6, 7, 8, engine.eos_id]]), (rows, 1)))
+    tgt = np.full((rows, 1), engine.bos_id)
+    _, _, state = engine.step_top(state, tgt, 1)  # its bucket's ordinary run: the arena grows to its shapes
+    binding = buffers.decoding(buffers.step_of(state.batch), state.batch.shapes, 1)
+
+    def timed(options: Any) -> float:
+        started = time.perf_counter()
+        buffers.decoder.run_with_iobinding(binding, options)
+        return (time.perf_counter() - started) * 1000
+
+    ordinary = statistics.median(timed(buffers.ordinary) for _ in range(RUNS))
+    graph = buffers.graphs[("decode", buffers.workspace.generation, state.batch.shapes, 1)]
+    capture = timed(graph)
+    replay = statistics.median(timed(graph) for _ in range(RUNS))
+    return {"ordinary_ms": round(ordinary, 4), "capture_ms": round(capture, 3), "replay_ms": round(replay, 4)}
+
+
+def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: list[str]) -> dict[str, float]:
+    """MiB by part, after beam 4 over ``sentences`` in one batch."""
+    from aiayn.engines.onnx.gather import gather_model
+
+    probe = open_on_device(None, gather_model([("float32", 1)]), device, 1)
+    context = gpu_mb()
+    engine = ServingEngine.load(folder, device, variant, graphs_for="cuda")
+    loaded = gpu_mb()
+    translator_for(folder, engine, max_sentences=len(sentences)).translate(
+        sentences, SearchSettings.of(folder, beam_size=4)
+    )
+    held = gpu_mb()
+    buffers = engine.buffers
+    assert isinstance(buffers, DeviceBuffers)
+    workspace = {
+        role: buffers.workspace.buffers[role].shape()[0] * buffers.dtype.itemsize / MIB
+        for role in (CROSS, CACHE)
+    }
+    del probe
+    parts = {"context_and_provider": context, "sessions": loaded - context, **workspace}
+    parts["arena_slack"] = held - loaded - sum(workspace.values())
+    return {"total": held, **{k: round(v, 1) for k, v in parts.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--memory", choices=("fp32", "fp16"), help="the memory by part of this variant alone")
+    args = parser.parse_args()
+    bundled = ModelFolder.open(bundled_models()["en-de"])
+    sentences = ["Two dogs play in the snow near a red house."] * 128
+    with tempfile.TemporaryDirectory() as tmp:
+        base = base_folder(bundled, Path(tmp) / "base")
+        if args.memory:
+            print(json.dumps({"memory_mib": args.memory, **memory_by_part(base, args.device, args.memory, sentences)}))
+            return
+        for name, folder in (("bundled", bundled), ("base", base)):
+            for variant in ("fp32", "fp16"):
+                engine = ServingEngine.load(folder, args.device, variant, graphs_for="cuda")
+                for rows in (1, 128):
+                    figures = {"model": name, "variant": variant, "rows": rows, **step_times(engine, rows)}
+                    print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
