@@ -225,8 +225,8 @@ def test_the_in_place_gather_reads_each_tensor_before_writing_it() -> None:
 def test_a_capture_that_fails_on_the_device_leaves_ordinary_runs(
     bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Where the device refuses a capture at run time, the engine says so in one line and goes on with ordinary runs,
-    its translations unchanged."""
+    """Where the device refuses to capture a step at run time, the engine says so in one line and runs that step
+    ordinarily from then on, its translations unchanged."""
     folder = ModelFolder.open(bundled["en-de"])
     engine = ServingEngine.load(folder, graphs_for="cuda")
     run = ort.InferenceSession.run_with_iobinding
@@ -243,4 +243,5 @@ def test_a_capture_that_fails_on_the_device_leaves_ordinary_runs(
     assert translator_for(folder, engine).translate(sentences, settings) == reference
     assert engine.buffers.uncaptured.startswith("CUDA failure 900")  # type: ignore[attr-defined]
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["the serving engine runs without CUDA graphs from here: " + engine.buffers.uncaptured]  # type: ignore[attr-defined]
+    said = "the serving engine runs a step without its CUDA graph: " + engine.buffers.uncaptured  # type: ignore[attr-defined]
+    assert lines == [said] and engine.buffers.captured == 0  # type: ignore[attr-defined]
