@@ -2,7 +2,8 @@
 
 - per model (bundled en-de; the paper's base size, random weights) and variant (fp32, fp16), a decoding step of one
   bucket timed three ways over the same bindings: an ordinary run (every kernel launched from the host), the run
-  that captures the graph, and a replay of it; at 1 row and at 128 rows;
+  that captures the graph, and a replay of it; at 1 row and at 128 rows; and a beam-4 step over 128 sentences, its
+  decoder and its reordering apart, with the cache sized for sources of 16 and of 48 tokens;
 - the GPU memory by part at the base size after beam 4 over 128 sentences: the CUDA context and ONNX Runtime's
   provider (a one-node session), the serving sessions (weights and their arena), the workspace (cross keys/values,
   the cache), and the arena's slack (what the process holds beyond those), as ``nvidia-smi`` reports it.
@@ -77,6 +78,32 @@ def step_times(engine: ServingEngine[Any], rows: int) -> dict[str, float]:
     return {"ordinary_ms": round(ordinary, 4), "capture_ms": round(capture, 3), "replay_ms": round(replay, 4)}
 
 
+def beam_times(engine: ServingEngine[Any], sentences: int, src_len: int) -> dict[str, float]:
+    """Milliseconds of a beam-4 step's two replays over ``sentences`` sources of ``src_len`` tokens (the cache's
+    capacity follows): the decoder's, and the reordering of the cache's rows by their parents."""
+    buffers = engine.buffers
+    assert isinstance(buffers, DeviceBuffers)
+    src = np.full((sentences, src_len), 5)
+    src[:, -1] = engine.eos_id
+    state = engine.select(engine.start(src), np.repeat(np.arange(sentences), 4))
+    tgt = np.full((4 * sentences, 1), engine.bos_id)
+    parents = (np.arange(4 * sentences) // 4 * 4 + np.random.default_rng(0).integers(0, 4, 4 * sentences)).astype(int)
+    times: dict[str, list[float]] = {"decode_ms": [], "reorder_ms": []}
+    for i in range(RUNS + 2):  # the ordinary runs and the captures first: not timed
+        started = time.perf_counter()
+        _, _, state = engine.step_top(state, tgt, 8)
+        decoded = time.perf_counter()
+        state = engine.select(state, parents)
+        if i >= 2:
+            times["decode_ms"].append((decoded - started) * 1000)
+            times["reorder_ms"].append((time.perf_counter() - decoded) * 1000)
+        if state.batch.past_len + 2 > state.batch.shapes.capacity:
+            state = engine.select(engine.start(src), np.repeat(np.arange(sentences), 4))
+    shapes = state.batch.shapes
+    medians = {name: round(statistics.median(values), 4) for name, values in times.items()}
+    return {"rows": shapes.rows, "capacity": shapes.capacity, **medians}
+
+
 def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: list[str]) -> dict[str, float]:
     """MiB by part, after beam 4 over ``sentences`` in one batch."""
     from aiayn.engines.onnx.gather import gather_model
@@ -118,6 +145,9 @@ def main() -> None:
                 engine = ServingEngine.load(folder, args.device, variant, graphs_for="cuda")
                 for rows in (1, 128):
                     figures = {"model": name, "variant": variant, "rows": rows, **step_times(engine, rows)}
+                    print(json.dumps(figures), flush=True)
+                for src_len in (16, 48):  # the capacity the cache is sized to: source length + 50
+                    figures = {"model": name, "variant": variant, "beam": 4, **beam_times(engine, 128, src_len)}
                     print(json.dumps(figures), flush=True)
 
 

@@ -178,22 +178,32 @@ def test_a_replay_over_changed_bindings_is_caught(bundled: dict[str, Path]) -> N
             _, _, state = engine.step_top(state, np.array([[7]]), 4)
 
 
-def test_a_larger_batch_moves_the_workspace_and_its_graphs_are_captured_anew(bundled: dict[str, Path]) -> None:
-    """A batch larger than any before grows the workspace: the graphs over the old buffers are never replayed again,
-    a smaller batch after it runs in the grown buffers, and the translations stay those of the CPU engine."""
+def test_a_larger_batch_moves_the_workspace_and_its_graphs_are_captured_anew(
+    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch larger than any before grows the workspace: the graphs captured over the old buffers are released
+    (never replayed again), a smaller batch after it runs in the grown buffers, and the translations stay those of
+    the CPU engine."""
     folder = ModelFolder.open(bundled["en-de"])
     engine = ServingEngine.load(folder, graphs_for="cuda")
     reference = translator_for(folder, ServingEngine.load(folder))
     translator = translator_for(folder, engine)
     buffers = engine.buffers
     assert isinstance(buffers, DeviceBuffers)
+    released: list[int] = []
+    monkeypatch.setattr(ort.InferenceSession, "release_captured_graph", lambda _, graph: released.append(graph))
     sentences = ["A dog runs.", "Two children play in the snow near a red house with a very long fence around it."]
-    generations = []
+    generations, captured = [], []
     for batch in ([sentences[0]], sentences * 20, [sentences[0]]):
         settings = SearchSettings.of(folder, beam_size=4)
         assert translator.translate(batch, settings) == reference.translate(batch, settings)
         generations.append(buffers.workspace.generation)
+        captured.append(
+            {int(o.get_run_config_entry(GRAPH_ID)) for k, o in buffers.graphs.items() if buffers.runs[k] > 1}
+        )
     assert generations[0] < generations[1] == generations[2]
+    assert captured[0] and set(released) == captured[0]  # the first batch's graphs, and only those
+    assert all(key[1] == generations[2] for key in buffers.graphs)
 
 
 def test_one_batch_at_a_time_on_the_device(bundled: dict[str, Path]) -> None:

@@ -220,6 +220,7 @@ class DeviceBuffers:
         self.steps: dict[tuple[int, Shapes], Step] = {}  # by (workspace generation, bucket)
         self.graphs: dict[tuple[object, ...], ort.RunOptions] = {}  # by run: its gpu_graph_id, once it has run
         self.runs: dict[tuple[object, ...], int] = {}
+        self.last_graph_id = 0  # ids from 1: 0 is ONNX Runtime's default
         self.ordinary = run_options(ORDINARY)
         self.owner: DeviceBatch | None = None  # the batch whose tensors the workspace holds
         self.uncaptured = ""  # why a run is an ordinary one, where the device refused to capture its graph
@@ -231,7 +232,8 @@ class DeviceBuffers:
         ordinary run again, from then on, where the device refused to capture it: said once, in one line)."""
         options = self.graphs.get(key)
         if options is None:
-            self.graphs[key] = run_options(str(len(self.graphs) + 1))  # ids from 1: 0 is ONNX Runtime's default
+            self.last_graph_id += 1
+            self.graphs[key] = run_options(str(self.last_graph_id))
             options = self.ordinary
         try:
             session.run_with_iobinding(binding, options)
@@ -247,9 +249,18 @@ class DeviceBuffers:
             session.run_with_iobinding(binding, self.ordinary)
         self.runs[key] = self.runs.get(key, 0) + 1
 
+    def release_stale_graphs(self) -> None:
+        """The graphs captured over buffers the workspace has since moved, released with what ONNX Runtime keeps for
+        them: they are never replayed again."""
+        sessions = {"decode": self.decoder, "reorder": self.reorder}
+        for key in [key for key in self.graphs if key[1] != self.workspace.generation]:
+            options = self.graphs.pop(key)
+            if self.runs.pop(key, 0) > 1 and options is not self.ordinary:
+                sessions[str(key[0])].release_captured_graph(int(options.get_run_config_entry(GRAPH_ID)))
+
     @property
     def captured(self) -> int:
-        """The graphs captured so far: a run's second time captures its graph."""
+        """The graphs held captured: a run's second time captures its graph."""
         return sum(1 for key, runs in self.runs.items() if runs > 1 and self.graphs[key] is not self.ordinary)
 
     # -- encoder -------------------------------------------------------------------------------------------
@@ -291,6 +302,7 @@ class DeviceBuffers:
         if key not in self.steps:
             shapes, device = batch.shapes, self.device
             self.steps = {k: v for k, v in self.steps.items() if k[0] == self.workspace.generation}
+            self.release_stale_graphs()
             self.steps[key] = Step(
                 ids=ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows], np.int64, device, 0),
                 seqlens=ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows], np.int32, device, 0),
