@@ -3,10 +3,10 @@
 - per model (bundled en-de; the paper's base size, random weights) and variant (fp32, fp16), a decoding step of one
   bucket timed three ways over the same bindings: an ordinary run (every kernel launched from the host), the run
   that captures the graph, and a replay of it; at 1 row and at 128 rows; and a beam-4 step over 128 sentences, its
-  decoder and its reordering apart, with the cache sized for sources of 16 and of 48 tokens;
+  decoder and its reordering apart, 24 tokens each (as the bench decodes them);
 - the GPU memory by part at the base size after beam 4 over 128 sentences: the CUDA context and ONNX Runtime's
   provider (a one-node session), the serving sessions (weights and their arena), the workspace (cross keys/values,
-  the cache), and the arena's slack (what the process holds beyond those), as ``nvidia-smi`` reports it.
+  the two cache buffers), and the arena's slack (what the process holds beyond those), as ``nvidia-smi`` reports it.
 
     PYTHONPATH=$PWD python scripts/cuda_graph_probe.py [--device cpu] [--memory fp32|fp16] >> probe.jsonl
 
@@ -31,7 +31,7 @@ from aiayn.bench.process import gpu_mb
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import ModelFolder, bundled_models
 from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.device_buffers import CACHE, CROSS, DeviceBuffers
+from aiayn.engines.onnx.device_buffers import CACHES, CROSS, DeviceBuffers
 from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.onnx.sessions import open_on_device
 from aiayn.search.translator import SearchSettings
@@ -64,7 +64,7 @@ def step_times(engine: ServingEngine[Any], rows: int) -> dict[str, float]:
     state = engine.start(np.tile(np.array([[5, 6, 7, 8, engine.eos_id]]), (rows, 1)))
     tgt = np.full((rows, 1), engine.bos_id)
     _, _, state = engine.step_top(state, tgt, 1)  # its bucket's ordinary run: the arena grows to its shapes
-    binding = buffers.decoding(buffers.step_of(state.batch), state.batch.shapes, 1)
+    binding = buffers.decoding(buffers.step_of(state.batch), state.batch.shapes, state.batch.cache, 1)
 
     def timed(options: Any) -> float:
         started = time.perf_counter()
@@ -72,36 +72,33 @@ def step_times(engine: ServingEngine[Any], rows: int) -> dict[str, float]:
         return (time.perf_counter() - started) * 1000
 
     ordinary = statistics.median(timed(buffers.ordinary) for _ in range(RUNS))
-    graph = buffers.graphs[("decode", buffers.workspace.generation, state.batch.shapes, 1)]
+    graph = buffers.graphs[("decode", buffers.workspace.generation, state.batch.shapes, state.batch.cache, 1)]
     capture = timed(graph)
     replay = statistics.median(timed(graph) for _ in range(RUNS))
     return {"ordinary_ms": round(ordinary, 4), "capture_ms": round(capture, 3), "replay_ms": round(replay, 4)}
 
 
-def beam_times(engine: ServingEngine[Any], sentences: int, src_len: int) -> dict[str, float]:
-    """Milliseconds of a beam-4 step's two replays over ``sentences`` sources of ``src_len`` tokens (the cache's
-    capacity follows): the decoder's, and the reordering of the cache's rows by their parents."""
-    buffers = engine.buffers
-    assert isinstance(buffers, DeviceBuffers)
-    src = np.full((sentences, src_len), 5)
+def beam_times(engine: ServingEngine[Any], sentences: int, steps: int = 24) -> dict[str, float]:
+    """Milliseconds of a beam-4 step's two parts over ``sentences`` sources, as the bench decodes them (``steps``
+    tokens each): the decoder's replay (the cache's widening, where it fills, included), and the reordering of the
+    cache's rows by their parents; medians over the steps of passes after the first (which captures)."""
+    src = np.full((sentences, 16), 5)
     src[:, -1] = engine.eos_id
-    state = engine.select(engine.start(src), np.repeat(np.arange(sentences), 4))
     tgt = np.full((4 * sentences, 1), engine.bos_id)
-    parents = (np.arange(4 * sentences) // 4 * 4 + np.random.default_rng(0).integers(0, 4, 4 * sentences)).astype(int)
+    parents = np.arange(4 * sentences) // 4 * 4 + np.random.default_rng(0).integers(0, 4, 4 * sentences)
     times: dict[str, list[float]] = {"decode_ms": [], "reorder_ms": []}
-    for i in range(RUNS + 2):  # the ordinary runs and the captures first: not timed
-        started = time.perf_counter()
-        _, _, state = engine.step_top(state, tgt, 8)
-        decoded = time.perf_counter()
-        state = engine.select(state, parents)
-        if i >= 2:
-            times["decode_ms"].append((decoded - started) * 1000)
-            times["reorder_ms"].append((time.perf_counter() - decoded) * 1000)
-        if state.batch.past_len + 2 > state.batch.shapes.capacity:
-            state = engine.select(engine.start(src), np.repeat(np.arange(sentences), 4))
-    shapes = state.batch.shapes
+    for timed in (False, True, True, True):
+        state = engine.select(engine.start(src), np.repeat(np.arange(sentences), 4))
+        for _ in range(steps):
+            started = time.perf_counter()
+            _, _, state = engine.step_top(state, tgt, 8)
+            decoded = time.perf_counter()
+            state = engine.select(state, parents)
+            if timed:
+                times["decode_ms"].append((decoded - started) * 1000)
+                times["reorder_ms"].append((time.perf_counter() - decoded) * 1000)
     medians = {name: round(statistics.median(values), 4) for name, values in times.items()}
-    return {"rows": shapes.rows, "capacity": shapes.capacity, **medians}
+    return {"rows": 4 * sentences, "steps": steps, "capacity": state.batch.shapes.capacity, **medians}
 
 
 def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: list[str]) -> dict[str, float]:
@@ -120,7 +117,8 @@ def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: li
     assert isinstance(buffers, DeviceBuffers)
     workspace = {
         role: buffers.workspace.buffers[role].shape()[0] * buffers.dtype.itemsize / MIB
-        for role in (CROSS, CACHE)
+        for role in (CROSS, *CACHES)
+        if role in buffers.workspace.buffers
     }
     del probe
     parts = {"context_and_provider": context, "sessions": loaded - context, **workspace}
@@ -146,9 +144,8 @@ def main() -> None:
                 for rows in (1, 128):
                     figures = {"model": name, "variant": variant, "rows": rows, **step_times(engine, rows)}
                     print(json.dumps(figures), flush=True)
-                for src_len in (16, 48):  # the capacity the cache is sized to: source length + 50
-                    figures = {"model": name, "variant": variant, "beam": 4, **beam_times(engine, 128, src_len)}
-                    print(json.dumps(figures), flush=True)
+                figures = {"model": name, "variant": variant, "beam": 4, **beam_times(engine, 128)}
+                print(json.dumps(figures), flush=True)
 
 
 if __name__ == "__main__":

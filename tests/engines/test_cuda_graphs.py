@@ -25,12 +25,11 @@ from aiayn.engines.load import load_engine, serving_checked, translator_for
 from aiayn.engines.onnx import serving
 from aiayn.engines.onnx.device_buffers import GRAPH_ID, DeviceBuffers
 from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.gather import gather_model
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving import ServingEngine
 from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving_spec import HOST_READ, SCATTERED, SERVING_OPS
-from aiayn.engines.onnx.sessions import gpu_unavailable, open_on_device
+from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.metrics import score
 from aiayn.search.translator import SearchSettings
@@ -151,7 +150,7 @@ def test_a_file_runs_on_a_few_captured_graphs(bundled: dict[str, Path], multi30k
         translator.translate(corpus.src, SearchSettings.of(folder, beam_size=beam))
     assert 2 <= buffers.captured <= len(buffers.graphs) <= 24, (buffers.captured, len(buffers.graphs))
     replays = sum(runs - 2 for runs in buffers.runs.values() if runs > 2)  # after each one's ordinary run and capture
-    assert replays > 5 * buffers.captured, buffers.runs
+    assert replays > 3 * buffers.captured, buffers.runs
 
 
 def test_a_replay_over_changed_bindings_is_caught(bundled: dict[str, Path]) -> None:
@@ -202,7 +201,8 @@ def test_a_larger_batch_moves_the_workspace_and_its_graphs_are_captured_anew(
             {int(o.get_run_config_entry(GRAPH_ID)) for k, o in buffers.graphs.items() if buffers.runs[k] > 1}
         )
     assert generations[0] < generations[1] == generations[2]
-    assert captured[0] and set(released) == captured[0]  # the first batch's graphs, and only those
+    assert captured[0] and captured[0] <= set(released)  # the first batch's graphs
+    assert set(released).isdisjoint(captured[2])  # and none that the buffers still hold
     assert all(key[1] == generations[2] for key in buffers.graphs)
 
 
@@ -212,24 +212,6 @@ def test_one_batch_at_a_time_on_the_device(bundled: dict[str, Path]) -> None:
     engine.start(np.array([[8, 3]]))
     with pytest.raises(ValueError, match="a newer batch was started on this engine"):
         engine.step_top(first, np.array([[2]]), 1)
-
-
-def test_the_in_place_gather_reads_each_tensor_before_writing_it() -> None:
-    """The beam's reordering gathers rows of a tensor into its own memory, repeated parents included: each tensor
-    whole into a temporary, then back (ONNX Runtime's optimizer would fold the copy away and gather in place)."""
-    session = open_on_device(None, gather_model([("float32", 2)] * 2, in_place=True), "cpu", 1, optimize=False)
-    tensors = [np.arange(12, dtype=np.float32).reshape(4, 3) + 100 * i for i in range(2)]
-    expected = [t[[1, 1, 0, 2]] for t in tensors]
-    values = [ort.OrtValue.ortvalue_from_shape_and_type([4, 3], np.float32, "cpu", 0) for _ in tensors]
-    binding = session.io_binding()
-    for i, (value, tensor) in enumerate(zip(values, tensors, strict=True)):
-        value.update_inplace(tensor)
-        binding.bind_ortvalue_input(f"data_{i}", value)
-        binding.bind_ortvalue_output(f"out_{i}", value)
-    binding.bind_cpu_input("rows", np.array([1, 1, 0, 2]))
-    session.run_with_iobinding(binding)
-    for value, want in zip(values, expected, strict=True):
-        np.testing.assert_array_equal(value.numpy(), want)
 
 
 def test_a_capture_that_fails_on_the_device_leaves_ordinary_runs(

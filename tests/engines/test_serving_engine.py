@@ -106,6 +106,12 @@ def test_beam_like(engines: Engines, seed: int) -> None:
     compare(*engines, src, plan + ["drop", "reorder", "step", "any", "step", "step"], seed)
 
 
+def test_beam_past_the_first_capacity(engines: Engines) -> None:
+    """A beam longer than a cache's first positions (the CUDA cache grows on the device, reordered all along)."""
+    src = random_sources(np.random.default_rng(7), 3)
+    compare(*engines, src, ["beam"] + ["step", "reorder"] * 40 + ["step"], 7)
+
+
 def test_consumed_state_refused(engines: Engines) -> None:
     _, ours = engines
     state = ours.start(np.array([[5, 6, 3]]))

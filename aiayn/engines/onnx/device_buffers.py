@@ -7,24 +7,25 @@ in one launch (``enable_cuda_graph``, one graph per ``gpu_graph_id``), if every 
 had when captured and no kernel reads a changing value from host memory. So:
 
 - a batch's shapes are padded to a bucket (``Shapes``: sentences to a power of two, source length to a multiple of
-  16, the cache to source length + 50), so that a few graphs serve a whole file;
-- the large tensors (every decoder layer's cross keys/values, the self-attention cache) live in a ``Workspace`` of
-  device buffers, kept at the largest size asked so far, every batch's tensors starting at their first byte; the
-  small ones (token ids, positions, the source mask, the parents of the beam's rows, the head's outputs) in
-  OrtValues of each bucket (``Step``), written between runs through ONNX Runtime (``update_inplace``);
+  16, the cache to 16 positions, doubled each time it fills), so that a few graphs serve a whole file;
+- the large tensors (every decoder layer's cross keys/values, the self-attention cache in one of two buffers) live in
+  a ``Workspace`` of device buffers, kept at the largest size asked so far, every batch's tensors starting at their
+  first byte; the small ones (token ids, positions, the source mask, the parents of the beam's rows, the head's
+  outputs) in OrtValues of each bucket (``Step``), written between runs through ONNX Runtime (``update_inplace``);
 - the positions are on the device (``seqlens_k``; the graphs scatter the new key/value there and mask the rest:
   ``serving_graphs.scattered_attention``), and the only inputs a kernel reads from host memory, the sentence groups'
   shape and the head's k, are fixed per graph (``serving_spec.HOST_READ``);
-- the beam's reordering gathers the cache's rows by their parents, in place, layer by layer (a temporary of one
-  layer's keys or values at a time), in a graph of its own, captured too; a sentence that finishes is just no longer
-  read (``DeviceState.blocks``).
+- the beam's reordering gathers the cache's rows by their parents from one cache buffer into the other, in a graph of
+  its own, captured too; a cache that fills is padded on the device from one buffer into the other (a Pad node); a
+  sentence that finishes is just no longer read (``DeviceState.blocks``). Both move only the positions the batch has
+  reached, at most twice as many: the cache costs what CTranslate2's growing cache costs, not the search's limit.
 
 A bucket's first run is an ordinary one (ONNX Runtime's arena grows to its shapes: nothing may be allocated while a
 graph is captured), its second captures its graph, every later one replays it. A workspace that grows moves its
 buffers: the graphs captured over the old ones are never replayed again (``Workspace.generation``).
 
 Selections the searches never make (rows of several sentences mixed, sentences in a new order before the first step)
-and a cache that outgrows its bucket go by way of the host: rare, and the graphs of the new shapes are captured anew.
+go by way of the host: rare, and the graphs of the new shapes are captured anew.
 
 It runs wherever ONNX Runtime has kernels for the device's ops: the CUDA graphs also run on the CPU provider, which is
 how they are proven without a GPU, under CUDA's binding and capture rules (``tests/conftest.py``).
@@ -43,26 +44,27 @@ import onnxruntime as ort
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.gather import INDICES
+from aiayn.engines.onnx.gather import INDICES, PADS
 from aiayn.engines.onnx.graph_builder import POSITION_MARGIN
 from aiayn.engines.onnx.rows import consume, distinct, run_length
 from aiayn.engines.onnx.sessions import CPU
-from aiayn.search.greedy import EXTRA_LEN
 
 SRC_LEN_MULTIPLE = 16
-CROSS, CACHE = "cross", "cache"  # the workspace's buffers
+CROSS, CACHES = "cross", ("cache_a", "cache_b")  # the workspace's buffers; a batch's cache is in one of the two
+FIRST_CAPACITY = 16  # cache positions of a batch's first step: doubled, on the device, each time it fills
 GRAPH_ID = "gpu_graph_id"  # ONNX Runtime's run option: which captured graph a run captures or replays
 ORDINARY = "-1"  # ... none: an ordinary run
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """A bucket: the padded shapes of a batch's decoder inputs and outputs, one captured graph each (per head's k)."""
+    """A bucket: the padded shapes of a batch's decoder inputs and outputs, one captured graph each (per cache buffer
+    and head's k)."""
 
     sentences: int
     group: int  # rows per sentence
     src_len: int
-    capacity: int  # cache positions
+    capacity: int  # cache positions: what the steps so far needed, doubled each time it filled
 
     @property
     def rows(self) -> int:
@@ -84,10 +86,9 @@ def bucket_of(sentences: int) -> int:
 
 
 def shapes_for(config: ModelConfig, sentences: int, src_len: int) -> Shapes:
-    """A new batch's bucket, its cache sized to the searches' default limit (source length + 50); at most the
-    positions' table."""
+    """A new batch's bucket."""
     padded = -(-src_len // SRC_LEN_MULTIPLE) * SRC_LEN_MULTIPLE
-    return Shapes(bucket_of(sentences), 1, padded, min(padded + EXTRA_LEN + 1, positions_limit(config)))
+    return Shapes(bucket_of(sentences), 1, padded, min(FIRST_CAPACITY, positions_limit(config)))
 
 
 def positions_limit(config: ModelConfig) -> int:
@@ -136,12 +137,9 @@ class Workspace:
         content[: array.size] = array.reshape(-1)
         self.buffers[role].update_inplace(content)
 
-    def sizes(self, config: ModelConfig, shapes: Shapes, cached: bool) -> dict[str, int]:
-        """What a batch of ``shapes`` needs: its cross keys/values, and from its first step its cache."""
-        sizes = {CROSS: numel(shapes.cross(config))}
-        if cached:
-            sizes[CACHE] = numel(shapes.cache(config))
-        return sizes
+    def sizes(self, config: ModelConfig, shapes: Shapes, caches: tuple[str, ...] = ()) -> dict[str, int]:
+        """What a batch of ``shapes`` needs: its cross keys/values, and the cache buffers ``caches``."""
+        return {CROSS: numel(shapes.cross(config)), **{role: numel(shapes.cache(config)) for role in caches}}
 
 
 @dataclass(eq=False)
@@ -156,7 +154,7 @@ class Step:
     mask_of: DeviceBatch | None = None  # the batch whose source mask ``src_mask`` holds
     outputs: dict[int, tuple[ort.OrtValue, ort.OrtValue]] = field(default_factory=dict)  # by k: (rows, k) each
     top_k: dict[int, np.ndarray] = field(default_factory=dict)  # by k, read from host memory: kept alive
-    bindings: dict[tuple[str, int], ort.IOBinding] = field(default_factory=dict)  # (graph, head's k)
+    bindings: dict[tuple[str, int, int], ort.IOBinding] = field(default_factory=dict)  # (graph, cache buffer, k)
 
 
 @dataclass(eq=False)
@@ -167,6 +165,7 @@ class DeviceBatch:
     shapes: Shapes
     src_mask: np.ndarray  # (sentences, src_len) int32, 1 = real token, padded as ``shapes``
     ids: np.ndarray  # (rows,) int64 the step's tokens, on the host
+    cache: int = 0  # which of ``CACHES`` holds its cache
     cached: bool = False  # from its first step
     past_len: int = 0
     version: int = 0  # bumped by every step: a state of an older version is consumed
@@ -206,9 +205,10 @@ class DeviceBuffers:
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
         reorder: ort.InferenceSession,
+        widening: ort.InferenceSession,
     ) -> None:
         self.config, self.ops = config, ops
-        self.encoder, self.decoder, self.reorder = encoder, decoder, reorder
+        self.encoder, self.decoder, self.reorder, self.widening = encoder, decoder, reorder, widening
         self.device = "cpu" if decoder.get_providers()[0] == CPU else "cuda"  # OrtValues' device type
         self.dtype = np.dtype(ops.dtype)
         tokens = config.special_tokens
@@ -274,7 +274,7 @@ class DeviceBuffers:
         padded[n:, 0] = self.eos_id  # a padding sentence is an empty one: never a row with nothing to attend to
         src_mask = (padded != self.pad_id).astype(np.int32)
         batch = DeviceBatch(shapes, src_mask, np.full(shapes.rows, self.eos_id, np.int64))
-        self.workspace.fit(self.workspace.sizes(self.config, shapes, cached=False))
+        self.workspace.fit(self.workspace.sizes(self.config, shapes))
         binding = self.encoder.io_binding()
         binding.bind_cpu_input(contract.SRC_IDS, padded)
         binding.bind_cpu_input(contract.SRC_MASK, src_mask)
@@ -294,10 +294,11 @@ class DeviceBuffers:
 
     # -- decoder -------------------------------------------------------------------------------------------
 
-    def step_of(self, batch: DeviceBatch) -> Step:
+    def step_of(self, batch: DeviceBatch, caches: tuple[str, ...] = ()) -> Step:
         """The bucket's inputs, outputs and bindings (made on its first use in this workspace), holding the batch's
-        source mask."""
-        self.workspace.fit(self.workspace.sizes(self.config, batch.shapes, batch.cached))
+        source mask; the workspace fitted to its cross keys/values, its cache and ``caches``."""
+        own = (CACHES[batch.cache],) if batch.cached else ()
+        self.workspace.fit(self.workspace.sizes(self.config, batch.shapes, own + caches))
         key = (self.workspace.generation, batch.shapes)
         if key not in self.steps:
             shapes, device = batch.shapes, self.device
@@ -330,9 +331,9 @@ class DeviceBuffers:
             if out:
                 binding.bind_output(out[i], self.device, 0, self.dtype.type, part, base + i * part_bytes)
 
-    def decoding(self, step: Step, shapes: Shapes, k: int) -> ort.IOBinding:
-        """The decoder's binding for a bucket, with the head's ``k``."""
-        key = ("decode", k)
+    def decoding(self, step: Step, shapes: Shapes, cache: int, k: int) -> ort.IOBinding:
+        """The decoder's binding for a bucket, over cache buffer ``cache``, with the head's ``k``."""
+        key = ("decode", cache, k)
         if key in step.bindings:
             return step.bindings[key]
         binding = self.decoder.io_binding()
@@ -346,7 +347,7 @@ class DeviceBuffers:
         step.top_k[k] = np.array([k], np.int64)
         binding.bind_cpu_input(contract.TOP_K, step.top_k[k])
         self.bind_slices(binding, CROSS, shapes.cross(self.config), self.cross_names, [])
-        self.bind_slices(binding, CACHE, shapes.cache(self.config), self.cache_names, self.present_names)
+        self.bind_slices(binding, CACHES[cache], shapes.cache(self.config), self.cache_names, self.present_names)
         if k not in step.outputs:
             step.outputs[k] = (
                 ort.OrtValue.ortvalue_from_shape_and_type([shapes.rows, k], np.float32, self.device, 0),
@@ -367,31 +368,39 @@ class DeviceBuffers:
             raise ValueError("tgt_ids must hold at least one token per row")
         for column in range(tgt_ids.shape[1]):
             if batch.past_len + 1 > batch.shapes.capacity:
-                self.grow(batch)
+                self.widen(batch)
             batch.cached = True
             step = self.step_of(batch)
             batch.ids[rows] = tgt_ids[:, column]  # other rows (padding, finished sentences) run on, unread
             step.ids.update_inplace(batch.ids)
             step.seqlens.update_inplace(np.full(batch.shapes.rows, batch.past_len, np.int32))
-            binding = self.decoding(step, batch.shapes, k)
-            self.run(self.decoder, binding, ("decode", self.workspace.generation, batch.shapes, k))
+            binding = self.decoding(step, batch.shapes, batch.cache, k)
+            self.run(self.decoder, binding, ("decode", self.workspace.generation, batch.shapes, batch.cache, k))
             batch.past_len += 1
         # numpy() copies from a GPU but is a view of host memory the next step overwrites: a copy either way
         outputs = tuple(out.numpy()[rows] for out in step.outputs[k])
         return outputs, DeviceState(batch, batch.version, state.blocks)
 
-    def grow(self, batch: DeviceBatch) -> None:
-        """Twice the cache positions (a search whose limit exceeds source length + 50), by way of the host: rare."""
-        old, t = batch.shapes, batch.past_len
-        limit = positions_limit(self.config)
+    def widen(self, batch: DeviceBatch) -> None:
+        """Twice the cache positions, the cache moved on the device from its buffer into the other by one Pad: an
+        ordinary run, a few times a batch."""
+        old, limit = batch.shapes, positions_limit(self.config)
         if old.capacity >= limit:
             raise ValueError(f"a translation cannot run past {limit} tokens, the positions this model has")
         new = Shapes(old.sentences, old.group, old.src_len, min(2 * old.capacity, limit))
-        cache = self.workspace.read(CACHE, old.cache(self.config))
-        grown = np.zeros(new.cache(self.config), cache.dtype)
-        grown[:, :, :, :t] = cache[:, :, :, :t]
-        self.workspace.write(CACHE, grown)
-        batch.shapes = new
+        source, target = CACHES[batch.cache], CACHES[1 - batch.cache]
+        self.workspace.fit(self.workspace.sizes(self.config, new, (source, target)))
+        pads = np.zeros(10, np.int64)
+        pads[5 + 3] = new.capacity - old.capacity  # after the positions (axis 3) of the old cache
+        binding = self.widening.io_binding()
+        for bind, name, role, shape in (
+            (binding.bind_input, "data", source, old.cache(self.config)),
+            (binding.bind_output, "out", target, new.cache(self.config)),
+        ):
+            bind(name, self.device, 0, self.dtype.type, shape, self.workspace.address(role))
+        binding.bind_cpu_input(PADS, pads)
+        self.widening.run_with_iobinding(binding)
+        batch.shapes, batch.cache = new, 1 - batch.cache
 
     # -- row selection -------------------------------------------------------------------------------------
 
@@ -418,17 +427,21 @@ class DeviceBuffers:
         return DeviceState(batch, batch.version, read)
 
     def reordered(self, batch: DeviceBatch, parents: np.ndarray) -> None:
-        """Each row of the cache takes its parent's history, in place."""
-        step = self.step_of(batch)
+        """Each row of the cache takes its parent's history: one Gather from the batch's cache buffer into the other,
+        which holds the batch from then on."""
+        source, target = batch.cache, 1 - batch.cache
+        step = self.step_of(batch, (CACHES[target],))
         step.parents.update_inplace(parents)
-        if ("reorder", 0) not in step.bindings:
+        key = ("reorder", source, 0)
+        if key not in step.bindings:
             binding = self.reorder.io_binding()
             shape = batch.shapes.cache(self.config)
-            names = [f"data_{i}" for i in range(shape[0])]
-            self.bind_slices(binding, CACHE, shape, names, [f"out_{i}" for i in range(shape[0])])
+            for bind, name, role in ((binding.bind_input, "data_0", source), (binding.bind_output, "out_0", target)):
+                bind(name, self.device, 0, self.dtype.type, shape, self.workspace.address(CACHES[role]))
             binding.bind_ortvalue_input(INDICES, step.parents)
-            step.bindings["reorder", 0] = binding
-        self.run(self.reorder, step.bindings["reorder", 0], ("reorder", self.workspace.generation, batch.shapes))
+            step.bindings[key] = binding
+        self.run(self.reorder, step.bindings[key], ("reorder", self.workspace.generation, batch.shapes, source))
+        batch.cache = target
 
     def regrouped(
         self, batch: DeviceBatch, sentences: np.ndarray, group: int, rows: np.ndarray | None = None
@@ -450,8 +463,8 @@ class DeviceBuffers:
             assert rows is not None  # a batch regroups its sentences' blocks only before its first step
             old_rows = np.zeros(shapes.rows, np.int64)
             old_rows[: rows.size] = rows
-            cache = self.workspace.read(CACHE, batch.shapes.cache(self.config))
-            self.workspace.write(CACHE, np.ascontiguousarray(cache[:, old_rows]))
+            cache = self.workspace.read(CACHES[batch.cache], batch.shapes.cache(self.config))
+            self.workspace.write(CACHES[fresh.cache], np.ascontiguousarray(cache[:, old_rows]))
             fresh.cached = True
         self.owner = fresh
         return fresh_state(fresh, n)

@@ -30,7 +30,7 @@ from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
 from aiayn.engines.onnx.device_buffers import DeviceBuffers
-from aiayn.engines.onnx.gather import gather_model
+from aiayn.engines.onnx.gather import gather_model, widen_model
 from aiayn.engines.onnx.host_buffers import HostBuffers
 from aiayn.engines.onnx.kernel_rows import rows_for
 from aiayn.engines.onnx.quantize import quantize_int8
@@ -115,10 +115,9 @@ class ServingEngine(Generic[S]):
         if graphs_for == "cpu":
             buffers: StateBuffers[Any] = HostBuffers(folder.config, encoder, decoder, rows_for(scheme))
         else:
-            slices = [(ops.dtype, 4)] * 2 * folder.config.n_decoder_layers  # each layer's keys, values: in place
-            in_place = gather_model(slices, in_place=True)
-            reorder = open_on_device(None, in_place, device, threads, graphs=True, optimize=False)
-            buffers = DeviceBuffers(folder.config, ops, encoder, decoder, reorder)
+            reorder = open_on_device(None, gather_model([(ops.dtype, 5)], axis=1), device, threads, graphs=True)
+            widen = open_on_device(None, widen_model(ops.dtype, 5), device, threads)
+            buffers = DeviceBuffers(folder.config, ops, encoder, decoder, reorder, widen)
         return cls(folder, ops, buffers, lanes)
 
     # -- the step interface ------------------------------------------------------------------------------

@@ -50,15 +50,11 @@ class DeviceUnavailable(ValueError):
     """``--device cuda`` where ONNX Runtime cannot run on a GPU."""
 
 
-def session_options(
-    threads: int, log_severity: int = ORT_WARNING, profile_prefix: str = "", optimize: bool = True
-) -> ort.SessionOptions:
+def session_options(threads: int, log_severity: int = ORT_WARNING, profile_prefix: str = "") -> ort.SessionOptions:
     """``profile_prefix``: ONNX Runtime's profiler on, its JSON trace written to a file of that prefix when the
-    session's ``end_profiling`` is called (``aiayn bench --profile``). ``optimize``: False for a graph that must run as
-    written (an in-place gather's copies, which ONNX Runtime would fold away)."""
+    session's ``end_profiling`` is called (``aiayn bench --profile``)."""
     options = ort.SessionOptions()
-    level = ort.GraphOptimizationLevel
-    options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -116,16 +112,14 @@ def open_session(
     log_severity: int = ORT_WARNING,
     path: Path | None = None,
     profile_prefix: str = "",
-    optimize: bool = True,
 ) -> ort.InferenceSession:
     """A session, with ONNX Runtime's load errors turned into one line that names the file and the fix.
 
     ``model`` is a file or a serialized graph; ``path`` names the model folder's file it came from, if any (else
-    aiayn built it); ``profile_prefix`` and ``optimize``: ``session_options``.
+    aiayn built it); ``profile_prefix`` turns ONNX Runtime's profiler on (``session_options``).
     """
     try:
-        options = session_options(threads, log_severity, profile_prefix, optimize)
-        return inference_session(model, options, providers)
+        return inference_session(model, session_options(threads, log_severity, profile_prefix), providers)
     except Exception as err:  # ORT's pybind errors (InvalidProtobuf, Fail, ...) derive from Exception only
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         if path is None:
@@ -134,11 +128,7 @@ def open_session(
 
 
 def try_cuda(
-    path: Path | None,
-    threads: int,
-    model: Path | bytes,
-    options: dict[str, str] = CUDA_OPTIONS,
-    optimize: bool = True,
+    path: Path | None, threads: int, model: Path | bytes, options: dict[str, str] = CUDA_OPTIONS
 ) -> tuple[ort.InferenceSession | None, str]:
     """A session that really runs on CUDA with the provider's ``options``, or None and why not (from ORT's captured
     log, never shown raw); ``path`` names the file ``model`` came from, if any."""
@@ -147,7 +137,7 @@ def try_cuda(
     ort.set_default_logger_severity(ORT_ERROR)  # the provider bridge logs through the default logger
     try:
         with captured_stderr() as log:
-            session = open_session(model, [(CUDA, options), CPU], threads, ORT_ERROR, path, optimize=optimize)
+            session = open_session(model, [(CUDA, options), CPU], threads, ORT_ERROR, path)
     except ValueError as err:
         return None, str(err)
     finally:
@@ -175,22 +165,17 @@ def resolve_device(device: str) -> str:
 
 
 def open_on_device(
-    path: Path | None,
-    model: Path | bytes,
-    device: str,
-    threads: int,
-    graphs: bool = False,
-    optimize: bool = True,
+    path: Path | None, model: Path | bytes, device: str, threads: int, graphs: bool = False
 ) -> ort.InferenceSession:
     """A session of ``model`` (read from ``path``; None: aiayn built it) on ``device`` (a resolved one: cpu, or cuda
     or a DeviceUnavailable error); with ``graphs``, one whose runs ONNX Runtime captures as CUDA graphs where it can
-    (where it cannot, an ordinary session, saying why in one line); ``optimize``: ``session_options``."""
+    (where it cannot, an ordinary session, saying why in one line)."""
     if device == "cpu":
-        return open_session(model, [CPU], threads, path=path, optimize=optimize)
-    session, reason = try_cuda(path, threads, model, CUDA_GRAPHS if graphs else CUDA_OPTIONS, optimize)
+        return open_session(model, [CPU], threads, path=path)
+    session, reason = try_cuda(path, threads, model, CUDA_GRAPHS if graphs else CUDA_OPTIONS)
     if session is None and graphs:
         print(f"{path.name if path else 'a graph aiayn built'}: no CUDA graphs ({reason})", file=sys.stderr)
-        session, reason = try_cuda(path, threads, model, CUDA_OPTIONS, optimize)
+        session, reason = try_cuda(path, threads, model)
     if session is None:
         name = path.name if path else "a graph aiayn built"
         raise DeviceUnavailable(
