@@ -4,9 +4,10 @@
   bucket timed three ways over the same bindings: an ordinary run (every kernel launched from the host), the run
   that captures the graph, and a replay of it; at 1 row and at 128 rows; and a beam-4 step over 128 sentences, its
   decoder and its reordering apart, 24 tokens each (as the bench decodes them);
-- the GPU memory by part at the base size after beam 4 over 128 sentences: the CUDA context and ONNX Runtime's
-  provider (a one-node session), the serving sessions (weights and their arena), the workspace (cross keys/values,
-  the two cache buffers), and the arena's slack (what the process holds beyond those), as ``nvidia-smi`` reports it.
+- the GPU memory by part at the base size after beam 4 over 128 sentences of 24 tokens each (as the bench decodes
+  them): the CUDA context and ONNX Runtime's provider (a one-node session), the serving sessions (weights and their
+  arena), the workspace (cross keys/values, the two cache buffers), and the arena's slack (what the process holds
+  beyond those), as ``nvidia-smi`` reports it.
 
     PYTHONPATH=$PWD python scripts/cuda_graph_probe.py [--device cpu] [--memory fp32|fp16] >> probe.jsonl
 
@@ -109,9 +110,8 @@ def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: li
     context = gpu_mb()
     engine = ServingEngine.load(folder, device, variant, graphs_for="cuda")
     loaded = gpu_mb()
-    translator_for(folder, engine, max_sentences=len(sentences)).translate(
-        sentences, SearchSettings.of(folder, beam_size=4)
-    )
+    translator = translator_for(folder, engine, max_sentences=len(sentences))
+    translator.translate(sentences, SearchSettings(beam_size=4, min_len=24, max_len=24))  # as the bench decodes
     held = gpu_mb()
     buffers = engine.buffers
     assert isinstance(buffers, DeviceBuffers)
