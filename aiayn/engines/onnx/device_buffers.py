@@ -37,6 +37,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -45,7 +46,7 @@ from aiayn.core import contract
 from aiayn.core.config import ModelConfig
 from aiayn.engines.onnx import serving_spec
 from aiayn.engines.onnx.gather import INDICES, PADS
-from aiayn.engines.onnx.graph_builder import POSITION_MARGIN
+from aiayn.engines.onnx.graph_builder import positions_length
 from aiayn.engines.onnx.rows import consume, distinct, run_length
 from aiayn.engines.onnx.sessions import CPU
 
@@ -88,11 +89,7 @@ def bucket_of(sentences: int) -> int:
 def shapes_for(config: ModelConfig, sentences: int, src_len: int) -> Shapes:
     """A new batch's bucket."""
     padded = -(-src_len // SRC_LEN_MULTIPLE) * SRC_LEN_MULTIPLE
-    return Shapes(bucket_of(sentences), 1, padded, min(FIRST_CAPACITY, positions_limit(config)))
-
-
-def positions_limit(config: ModelConfig) -> int:
-    return config.max_len + POSITION_MARGIN
+    return Shapes(bucket_of(sentences), 1, padded, min(FIRST_CAPACITY, positions_length(config)))
 
 
 def numel(shape: list[int]) -> int:
@@ -207,7 +204,7 @@ class DeviceBuffers:
         reorder: ort.InferenceSession,
         widening: ort.InferenceSession,
     ) -> None:
-        self.config, self.ops = config, ops
+        self.config = config
         self.encoder, self.decoder, self.reorder, self.widening = encoder, decoder, reorder, widening
         self.device = "cpu" if decoder.get_providers()[0] == CPU else "cuda"  # OrtValues' device type
         self.dtype = np.dtype(ops.dtype)
@@ -237,8 +234,6 @@ class DeviceBuffers:
             options = self.ordinary
         try:
             session.run_with_iobinding(binding, options)
-        except AssertionError:  # a check of the tests' CUDA rules (tests/conftest.py): never the device's refusal
-            raise
         except Exception as err:  # ORT's pybind errors derive from Exception only
             if options is self.ordinary:
                 raise
@@ -278,8 +273,7 @@ class DeviceBuffers:
         binding = self.encoder.io_binding()
         binding.bind_cpu_input(contract.SRC_IDS, padded)
         binding.bind_cpu_input(contract.SRC_MASK, src_mask)
-        address = self.workspace.address(CROSS)
-        binding.bind_output(serving_spec.CROSS_KV, self.device, 0, self.dtype.type, shapes.cross(self.config), address)
+        self.bind_at(binding.bind_output, serving_spec.CROSS_KV, CROSS, shapes.cross(self.config))
         self.encoder.run_with_iobinding(binding)
         self.owner = batch
         return fresh_state(batch, n)
@@ -319,17 +313,22 @@ class DeviceBuffers:
             step.mask_of = batch
         return step
 
+    def bind_at(self, bind: Any, name: str, role: str, shape: list[int], offset: int = 0) -> None:
+        """``bind`` (an IOBinding's ``bind_input`` or ``bind_output``) ``name`` to the tensor of ``shape`` at
+        ``offset`` bytes into ``role``'s buffer."""
+        bind(name, self.device, 0, self.dtype.type, shape, self.workspace.address(role) + offset)
+
     def bind_slices(
         self, binding: ort.IOBinding, role: str, shape: list[int], names: list[str], out: list[str]
     ) -> None:
         """Bind slice i (along the first axis) of the tensor of ``shape`` at ``role``'s buffer as input ``names[i]``
         and, where ``out`` names one, as that output too (the same memory: written in place)."""
         part = shape[1:]
-        base, part_bytes = self.workspace.address(role), numel(part) * self.dtype.itemsize
+        part_bytes = numel(part) * self.dtype.itemsize
         for i, name in enumerate(names):
-            binding.bind_input(name, self.device, 0, self.dtype.type, part, base + i * part_bytes)
+            self.bind_at(binding.bind_input, name, role, part, i * part_bytes)
             if out:
-                binding.bind_output(out[i], self.device, 0, self.dtype.type, part, base + i * part_bytes)
+                self.bind_at(binding.bind_output, out[i], role, part, i * part_bytes)
 
     def decoding(self, step: Step, shapes: Shapes, cache: int, k: int) -> ort.IOBinding:
         """The decoder's binding for a bucket, over cache buffer ``cache``, with the head's ``k``."""
@@ -384,7 +383,7 @@ class DeviceBuffers:
     def widen(self, batch: DeviceBatch) -> None:
         """Twice the cache positions, the cache moved on the device from its buffer into the other by one Pad: an
         ordinary run, a few times a batch."""
-        old, limit = batch.shapes, positions_limit(self.config)
+        old, limit = batch.shapes, positions_length(self.config)
         if old.capacity >= limit:
             raise ValueError(f"a translation cannot run past {limit} tokens, the positions this model has")
         new = Shapes(old.sentences, old.group, old.src_len, min(2 * old.capacity, limit))
@@ -393,11 +392,8 @@ class DeviceBuffers:
         pads = np.zeros(10, np.int64)
         pads[5 + 3] = new.capacity - old.capacity  # after the positions (axis 3) of the old cache
         binding = self.widening.io_binding()
-        for bind, name, role, shape in (
-            (binding.bind_input, "data", source, old.cache(self.config)),
-            (binding.bind_output, "out", target, new.cache(self.config)),
-        ):
-            bind(name, self.device, 0, self.dtype.type, shape, self.workspace.address(role))
+        self.bind_at(binding.bind_input, "data", source, old.cache(self.config))
+        self.bind_at(binding.bind_output, "out", target, new.cache(self.config))
         binding.bind_cpu_input(PADS, pads)
         self.widening.run_with_iobinding(binding)
         batch.shapes, batch.cache = new, 1 - batch.cache
@@ -436,8 +432,8 @@ class DeviceBuffers:
         if key not in step.bindings:
             binding = self.reorder.io_binding()
             shape = batch.shapes.cache(self.config)
-            for bind, name, role in ((binding.bind_input, "data_0", source), (binding.bind_output, "out_0", target)):
-                bind(name, self.device, 0, self.dtype.type, shape, self.workspace.address(CACHES[role]))
+            self.bind_at(binding.bind_input, "data_0", CACHES[source], shape)
+            self.bind_at(binding.bind_output, "out_0", CACHES[target], shape)
             binding.bind_ortvalue_input(INDICES, step.parents)
             step.bindings[key] = binding
         self.run(self.reorder, step.bindings[key], ("reorder", self.workspace.generation, batch.shapes, source))

@@ -29,6 +29,11 @@ POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length 
 Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
 
 
+def positions_length(config: ModelConfig) -> int:
+    """The positions a model's graphs have (the rows of their positions' table)."""
+    return config.max_len + POSITION_MARGIN
+
+
 def sinusoidal_table(length: int, d_model: int, layout: str) -> np.ndarray:
     """§3.5 as ``aiayn.model.layers.sinusoidal_positions`` computes it, (length, d_model) float32: sin/cos pairs
     interleaved, or (``layout`` "halves", Marian's) the d/2 sines first and the d/2 cosines after them."""
@@ -189,10 +194,8 @@ class GraphBuilder:
         return self.lookup(self.weight(EMBEDDING) * np.float32(scale), ids, "embedding_in")
 
     def positions(self, config: ModelConfig) -> str:
-        """§3.5: the positions' table (max_len + ``POSITION_MARGIN``, d) in the config's layout."""
-        return self.const(
-            "positions", sinusoidal_table(config.max_len + POSITION_MARGIN, config.d_model, config.positions)
-        )
+        """§3.5: the positions' table (``positions_length``, d) in the config's layout."""
+        return self.const("positions", sinusoidal_table(positions_length(config), config.d_model, config.positions))
 
     def model(self, spec: GraphSpec) -> bytes:
         """The graph with the inputs and outputs that ``spec`` declares, serialized."""

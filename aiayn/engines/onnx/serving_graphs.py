@@ -86,11 +86,11 @@ from aiayn.core.weight_spec import (
 from aiayn.engines.onnx.block_quant import BlockScheme
 from aiayn.engines.onnx.graph_builder import (
     MS_DOMAIN,
-    POSITION_MARGIN,
     WEIGHTS_FILE,
     ExternalWeights,
     GraphBuilder,
     Sublayers,
+    positions_length,
 )
 from aiayn.engines.onnx.serving_spec import (
     CPU_OPS,
@@ -237,7 +237,7 @@ def scattered_attention(g: GraphBuilder, config: ModelConfig) -> Attend:
     at = g.op1("Reshape", [SEQLENS_K, g.const("rows_1_1_1", np.array([-1, 1, 1, 1]))], "at")
     write_at = g.op1("Expand", [at, g.const("one_key", np.array([1, heads, 1, d_head]))], "write_at")
     capacity = g.op1("Shape", [kv_names(config, "cache")[0]], "capacity", start=2, end=3)  # [capacity]
-    every_position = np.arange(config.max_len + POSITION_MARGIN, dtype=np.int32)[None, :]  # as the positions' table
+    every_position = np.arange(positions_length(config), dtype=np.int32)[None, :]
     positions = g.op1(
         "Slice",
         [
