@@ -17,7 +17,7 @@ from aiayn.core.folder import ModelFolder, bundled_models
 from aiayn.data.multi30k import find_data_dir, load_parallel
 from aiayn.engines import BLOCK_VARIANTS, ONNX
 from aiayn.engines.load import load_engine, translator_for
-from aiayn.engines.onnx.kernel_rows import instruction_set
+from aiayn.engines.onnx.serving.kernel_rows import instruction_set
 from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings, Translator
 

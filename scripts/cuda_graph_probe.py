@@ -32,8 +32,8 @@ from aiayn.bench.process import gpu_mb
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import ModelFolder, bundled_models
 from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.device_buffers import CACHES, CROSS, DeviceBuffers
-from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.serving.device_buffers import CACHES, CROSS, DeviceBuffers
+from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.onnx.sessions import open_on_device
 from aiayn.search.translator import SearchSettings
 
@@ -104,7 +104,7 @@ def beam_times(engine: ServingEngine[Any], sentences: int, steps: int = 24) -> d
 
 def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: list[str]) -> dict[str, float]:
     """MiB by part, after beam 4 over ``sentences`` in one batch."""
-    from aiayn.engines.onnx.gather import gather_model
+    from aiayn.engines.onnx.tiny_graphs import gather_model
 
     probe = open_on_device(None, gather_model([("float32", 1)]), device, 1)
     context = gpu_mb()

@@ -22,9 +22,9 @@ import pytest
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import bundled_models
 from aiayn.data.multi30k import find_data_dir
-from aiayn.engines.onnx.device_buffers import GRAPH_ID
-from aiayn.engines.onnx.gather import INDICES
-from aiayn.engines.onnx.serving_spec import HOST_READ, SEQLENS_K, TOTAL_LEN
+from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID
+from aiayn.engines.onnx.serving.spec import HOST_READ, SEQLENS_K, TOTAL_LEN
+from aiayn.engines.onnx.tiny_graphs import INDICES
 
 INVENTED = [
     "the red cat sleeps on the old chair.",

@@ -119,6 +119,8 @@ def with_baseline(framing: Framing, checkout: Path) -> Framing:
             twin = twins.setdefault(label, replace(ours[label], checkout=str(checkout)))
             comparisons += [(twin.label, peers), (label, (twin.label,))]
     return Framing(framing.name, framing.setups + tuple(twins.values()), tuple(dict.fromkeys(comparisons)))
+
+
 CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from aiayn.bench.run import search_name
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.search.translator import SearchSettings
 
 KERNEL_TIME = "_kernel_time"  # ONNX Runtime's event for a node's compute, beside its fences

@@ -28,7 +28,6 @@ ENGINES = (ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH)
 ENGINE_NAMES = (ONNX_SERVING, ONNX_PORTABLE, TORCH)  # what an engine's ``name`` is
 
 
-
 @dataclass(frozen=True)
 class Weights:
     """One row of the table of the weights an engine can run (the CLI's one ``--variant``)."""

@@ -42,8 +42,8 @@ def load_engine(folder: ModelFolder, options: EngineOptions) -> Engine[Any]:
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
         return TorchEngine(load_model(folder), torch_device(options.device))
-    from aiayn.engines.onnx.engine import PortableOnnxEngine
-    from aiayn.engines.onnx.serving import ServingEngine
+    from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+    from aiayn.engines.onnx.serving.engine import ServingEngine
     from aiayn.engines.onnx.sessions import resolve_device
 
     device, variant, lanes, threads = options.device, options.variant, options.lane_count, options.threads
@@ -84,9 +84,9 @@ def serving_checked(folder: ModelFolder, device: str, variant: str, lanes: int) 
     """The serving engine on ``device`` once it has checked itself against the CPU serving graphs
     (``onnx/self_check.py``); where it cannot run the folder or fails the check, the exported contract graphs on the
     same device, saying why in one line. (``device`` cpu runs the CUDA graphs on the CPU provider, as the tests do.)"""
-    from aiayn.engines.onnx import self_check
-    from aiayn.engines.onnx.engine import PortableOnnxEngine
-    from aiayn.engines.onnx.serving import ServingEngine
+    from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+    from aiayn.engines.onnx.serving import self_check
+    from aiayn.engines.onnx.serving.engine import ServingEngine
 
     engine = ServingEngine.load(folder, device, variant, lanes, graphs_for="cuda")
     reference = ServingEngine.load(folder, "cpu")

@@ -15,8 +15,8 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import ParallelCorpus
 from aiayn.engines import default_cores
 from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.evaluate import evaluate
 from aiayn.evaluation.metrics import Scores
@@ -103,8 +103,9 @@ def prove_serving_graphs(
     for name, beam in (("greedy", 1), ("beam-4", 4)):
         same = count_identical(reference, fused, checked, SearchSettings(beam_size=beam))
         if same != len(checked):
-            raise ParityError(f"{len(checked) - same} {name} translations differ between the serving graphs "
-                              "and decoder.onnx")
+            raise ParityError(
+                f"{len(checked) - same} {name} translations differ between the serving graphs and decoder.onnx"
+            )
         lines.append(f"serving graphs: {name} {same}/{len(checked)} identical to decoder.onnx")
     return lines
 

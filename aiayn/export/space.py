@@ -31,7 +31,7 @@ from aiayn.core.folder import (
 )
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.engines import BLOCK_VARIANTS, SERVING_VARIANTS
-from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package

@@ -31,7 +31,7 @@ from aiayn.core.contract import (
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
 from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
-from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
 from aiayn.export.web_graphs import WEIGHTS_FILE, check_variant, write_browser_graphs
 from aiayn.search.translator import LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS, SearchSettings

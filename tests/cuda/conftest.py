@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.engines.onnx.gather import gather_model
 from aiayn.engines.onnx.sessions import try_cuda
+from aiayn.engines.onnx.tiny_graphs import gather_model
 
 DEVICE = os.environ.get("AIAYN_CUDA_TESTS_DEVICE", "cuda")  # cpu: the dry run only
 SENTENCES = int(os.environ.get("AIAYN_CUDA_TESTS_SENTENCES", "1000"))  # test_2016_flickr has 1000

@@ -30,10 +30,10 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
 from aiayn.engines import ONNX
 from aiayn.engines.load import load_engine, serving_checked, translator_for
-from aiayn.engines.onnx.device_buffers import DeviceBuffers
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.io import BoundIO
-from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.state_io import BoundIO
+from aiayn.engines.onnx.serving.device_buffers import DeviceBuffers
+from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import load_split_for

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.attention_view import AttentionView
-from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.onnx.serving.attention_view import AttentionView
 
 
 @pytest.mark.parametrize("fixture", ["tiny_folder", "marian_like_folder", "marian_gelu_folder"])

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.contract import IR_VERSION, OPSET
-from aiayn.engines.onnx import block_quant, kernel_rows
+from aiayn.engines.onnx import block_quant
 from aiayn.engines.onnx.block_quant import (
     VARIANTS,
     BlockScheme,
@@ -16,7 +16,8 @@ from aiayn.engines.onnx.block_quant import (
     quantize_gather,
     quantize_matmul,
 )
-from aiayn.engines.onnx.kernel_rows import instruction_set, matmul_session, padded, row_multiple
+from aiayn.engines.onnx.serving import kernel_rows
+from aiayn.engines.onnx.serving.kernel_rows import instruction_set, matmul_session, padded, row_multiple
 
 MS_DOMAIN = "com.microsoft"
 SCHEMES = {

@@ -22,13 +22,13 @@ from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_SERVING
 from aiayn.engines.load import load_engine, serving_checked, translator_for
-from aiayn.engines.onnx import serving
-from aiayn.engines.onnx.device_buffers import GRAPH_ID, DeviceBuffers
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.host_buffers import HostBuffers
-from aiayn.engines.onnx.serving import ServingEngine
-from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
-from aiayn.engines.onnx.serving_spec import HOST_READ, SCATTERED, SERVING_OPS
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.onnx.serving import engine as serving_engine
+from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID, DeviceBuffers
+from aiayn.engines.onnx.serving.engine import ServingEngine
+from aiayn.engines.onnx.serving.graphs import build_serving_graphs, graphs_directory
+from aiayn.engines.onnx.serving.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving.spec import HOST_READ, SCATTERED, SERVING_OPS
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.metrics import score
@@ -94,14 +94,14 @@ def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
     for variant in ("fp32", "fp16"):
         engine = serving_checked(folder, "cpu", variant, 1)
         assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
-    build = serving.build_serving_graphs
+    build = serving_engine.build_serving_graphs
 
     def broken(config: Any, weights: dict[str, np.ndarray], *args: Any) -> Any:
         ops = args[-1]  # the CUDA graphs get a wrong weight; the CPU's, the reference, stay true
         wrong = dict(weights, **{WRONG: weights[WRONG] * 1.5}) if ops.device == "cuda" else weights
         return build(config, wrong, *args)
 
-    monkeypatch.setattr(serving, "build_serving_graphs", broken)
+    monkeypatch.setattr(serving_engine, "build_serving_graphs", broken)
     engine = serving_checked(folder, "cpu", "fp32", 1)
     assert isinstance(engine, PortableOnnxEngine)
     message = capsys.readouterr().err.strip().splitlines()

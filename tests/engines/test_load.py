@@ -22,7 +22,7 @@ from aiayn.engines import (
     load,
 )
 from aiayn.engines.load import resolve
-from aiayn.engines.onnx.serving_spec import SERVING_OPS
+from aiayn.engines.onnx.serving.spec import SERVING_OPS
 from aiayn.engines.options import EngineOptions
 
 
@@ -44,7 +44,7 @@ def test_auto_without_a_gpu_opens_the_serving_engine_only(
     """An exported folder on a machine whose ONNX Runtime cannot use a GPU: no contract-graph session is opened
     only to be thrown away for the serving engine."""
     from aiayn.engines.onnx import sessions
-    from aiayn.engines.onnx.engine import PortableOnnxEngine
+    from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 
     if not sessions.gpu_unavailable(1):
         pytest.skip("ONNX Runtime runs on a GPU here")

@@ -15,11 +15,11 @@ from onnx import TensorProto, helper
 
 from aiayn.core.contract import IR_VERSION, OPSET
 from aiayn.core.tokenizer import SubwordTokenizer
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.gather import gather_model
-from aiayn.engines.onnx.io import BoundIO, HostIO
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.state_io import BoundIO, HostIO
+from aiayn.engines.onnx.portable.top_k import with_top_k_head
 from aiayn.engines.onnx.sessions import CUDA, DeviceUnavailable, inference_session, session_options
-from aiayn.engines.onnx.top_k import with_top_k_head
+from aiayn.engines.onnx.tiny_graphs import gather_model
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.model.weights import load_model
 from aiayn.search.step import FullDistributionStep, top_columns
@@ -101,7 +101,7 @@ def test_unknown_device_and_unusable_cuda_give_clear_errors(tiny_folder: Path) -
 
 def test_auto_device_states_the_provider_and_shows_no_onnx_runtime_log(tiny_folder: Path) -> None:
     code = (
-        "from aiayn.engines.onnx.engine import PortableOnnxEngine; "
+        "from aiayn.engines.onnx.portable.engine import PortableOnnxEngine; "
         f"print(PortableOnnxEngine.load({str(tiny_folder)!r}, device='auto').provider)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

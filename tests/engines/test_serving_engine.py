@@ -25,12 +25,12 @@ from aiayn.core.folder import MODEL_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
-from aiayn.engines.onnx.engine import PortableOnnxEngine
-from aiayn.engines.onnx.graph_builder import ExternalWeights, GraphBuilder
-from aiayn.engines.onnx.host_buffers import HostBuffers
-from aiayn.engines.onnx.serving import ServingEngine
-from aiayn.engines.onnx.serving_graphs import two_stage_top_k
-from aiayn.engines.onnx.serving_spec import CPU_OPS, serving_decoder_spec, serving_encoder_spec
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.onnx.serving.engine import ServingEngine
+from aiayn.engines.onnx.serving.graph_builder import ExternalWeights, GraphBuilder
+from aiayn.engines.onnx.serving.graphs import two_stage_top_k
+from aiayn.engines.onnx.serving.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving.spec import CPU_OPS, serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, graph_problems, open_session
 from aiayn.engines.options import EngineOptions
 from aiayn.export.parity import count_identical, max_log_prob_diff
@@ -220,7 +220,7 @@ def test_two_stage_top_k_is_exact(tmp_path: Path) -> None:
 def test_random_models_against_torch(changes: dict[str, object], tmp_path: Path) -> None:
     """Tiny random models (the torch reference builds them; the engine sees only their weights as NumPy)."""
     torch = pytest.importorskip("torch")
-    from aiayn.engines.onnx.serving_graphs import build_serving_graphs
+    from aiayn.engines.onnx.serving.graphs import build_serving_graphs
     from aiayn.engines.pytorch import TorchEngine
     from aiayn.model.transformer import Transformer
 

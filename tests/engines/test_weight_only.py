@@ -14,9 +14,9 @@ from aiayn.data.multi30k import load_parallel
 from aiayn.engines import BLOCK_VARIANTS, ONNX
 from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.block_quant import VARIANTS
-from aiayn.engines.onnx.host_buffers import HostBuffers
-from aiayn.engines.onnx.kernel_rows import instruction_set, row_multiple
-from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.serving.engine import ServingEngine
+from aiayn.engines.onnx.serving.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving.kernel_rows import instruction_set, row_multiple
 from aiayn.engines.options import EngineOptions
 from aiayn.search.translator import SearchSettings, Translator
 

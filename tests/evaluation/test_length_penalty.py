@@ -14,7 +14,7 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
-from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import tune_length_penalty
 from aiayn.evaluation.metrics import score

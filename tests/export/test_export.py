@@ -31,7 +31,7 @@ from aiayn.core.contract import (
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines.onnx.engine import PortableOnnxEngine
+from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.metrics import score
 from aiayn.export import checks

@@ -107,7 +107,7 @@ def test_the_space_holds_the_page_the_model_and_what_it_needs(bundled: dict[str,
     copied.remove("app")
     app = (space / "app.py").read_text()
     modules, third_party = ImportWalk().reached(app)
-    assert copied == modules and "aiayn.engines.onnx.serving" in modules  # imported inside a function
+    assert copied == modules and "aiayn.engines.onnx.serving.engine" in modules  # imported inside a function
     assert {name for name, _ in imports(app) if name.startswith("aiayn.")} <= set(modules)
     allowed = torch_free_modules()
     outside = [m for m in modules if not any(m == a or m.startswith(a + ".") or a.startswith(m + ".") for a in allowed)]

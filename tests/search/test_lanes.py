@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.serving import ServingEngine
+from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.search.translator import SearchSettings, Translator, busiest_lane, length_batches, split_for_lanes
 
 

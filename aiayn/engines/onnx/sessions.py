@@ -23,7 +23,7 @@ from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
 from aiayn.engines import DEVICES
-from aiayn.engines.onnx.gather import gather_model
+from aiayn.engines.onnx.tiny_graphs import gather_model
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

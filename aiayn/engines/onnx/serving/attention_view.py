@@ -37,9 +37,9 @@ from aiayn.core.weight_spec import (
     norm,
     sublayer,
 )
-from aiayn.engines.onnx.graph_builder import WEIGHTS_FILE, ExternalWeights, GraphBuilder, Sublayers
-from aiayn.engines.onnx.serving_graphs import build_encoder, graphs_directory
-from aiayn.engines.onnx.serving_spec import CROSS_KV, serving_encoder_spec
+from aiayn.engines.onnx.serving.graph_builder import WEIGHTS_FILE, ExternalWeights, GraphBuilder, Sublayers
+from aiayn.engines.onnx.serving.graphs import build_encoder, graphs_directory
+from aiayn.engines.onnx.serving.spec import CROSS_KV, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
 
 ATTENTION_DECODER = "attention decoder"

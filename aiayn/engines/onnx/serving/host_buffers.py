@@ -37,8 +37,8 @@ import onnxruntime as ort
 
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
-from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.rows import COMPACT_BELOW, consume, distinct, run_length
+from aiayn.engines.onnx.serving import spec
+from aiayn.engines.onnx.serving.rows import COMPACT_BELOW, consume, distinct, run_length
 from aiayn.search.greedy import EXTRA_LEN
 
 
@@ -142,7 +142,7 @@ class HostBuffers:
         values = [ortvalue(src_ids), ortvalue(src_mask), ortvalue(cross)]
         binding.bind_ortvalue_input(contract.SRC_IDS, values[0])
         binding.bind_ortvalue_input(contract.SRC_MASK, values[1])
-        binding.bind_ortvalue_output(serving_spec.CROSS_KV, values[2])
+        binding.bind_ortvalue_output(spec.CROSS_KV, values[2])
         self.encoder.run_with_iobinding(binding)
         if decoded > encoded:
             cross = np.concatenate([cross, np.repeat(cross[:, :1], decoded - encoded, axis=1)], axis=1)
@@ -174,9 +174,9 @@ class HostBuffers:
             return value
 
         bind_input(contract.TGT_IDS, batch.ids)
-        bind_input(serving_spec.SEQLENS_K, batch.seqlens)
-        bind_input(serving_spec.TOTAL_LEN, batch.total_len)
-        bind_input(serving_spec.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
+        bind_input(spec.SEQLENS_K, batch.seqlens)
+        bind_input(spec.TOTAL_LEN, batch.total_len)
+        bind_input(spec.GROUP_SHAPE, np.array([batch.sentences, batch.group, cfg.d_model], np.int64))
         bind_input(contract.SRC_MASK, batch.src_mask)
         for name, cross in zip(self.cross_names, batch.cross, strict=True):
             bind_input(name, cross)

@@ -34,9 +34,9 @@ from aiayn.core.contract import (
 )
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_PORTABLE, default_cores
-from aiayn.engines.onnx.io import BoundIO, HostIO
+from aiayn.engines.onnx.portable.state_io import BoundIO, HostIO
+from aiayn.engines.onnx.portable.top_k import with_top_k_head
 from aiayn.engines.onnx.sessions import CPU, REEXPORT, check_graph, check_stamp, open_on_device, resolve_device
-from aiayn.engines.onnx.top_k import with_top_k_head
 from aiayn.engines.state import DecoderState
 
 VARIANT_FLAGS = {"fp32": "", "int8": " --variant int8", "fp16": " --variant fp16"}  # what `aiayn export` needs for each

@@ -1,7 +1,7 @@
 """The serving engine: what ``--engine onnx`` runs, on a CPU and on a GPU alike.
 
 The serving graphs (``serving_graphs.py``) are built from a folder's ``model.safetensors`` when the engine loads, for
-one device's ops (``serving_spec.SERVING_OPS``), and run under the search's step interface with their selection head
+one device's ops (``spec.SERVING_OPS``), and run under the search's step interface with their selection head
 inside: only each row's k best ids and log-probabilities leave ONNX Runtime. The two devices differ where they
 really do, as data and as one state back end:
 
@@ -26,17 +26,17 @@ from safetensors.numpy import load_file
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX_SERVING, SERVING_VARIANTS
-from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.attention_view import AttentionView
 from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
-from aiayn.engines.onnx.device_buffers import DeviceBuffers
-from aiayn.engines.onnx.gather import gather_model, widen_model
-from aiayn.engines.onnx.host_buffers import HostBuffers
-from aiayn.engines.onnx.kernel_rows import rows_for
 from aiayn.engines.onnx.quantize import quantize_int8
-from aiayn.engines.onnx.serving_graphs import build_serving_graphs, graphs_directory
-from aiayn.engines.onnx.serving_spec import CPU_OPS, SERVING_OPS
+from aiayn.engines.onnx.serving import spec
+from aiayn.engines.onnx.serving.attention_view import AttentionView
+from aiayn.engines.onnx.serving.device_buffers import DeviceBuffers
+from aiayn.engines.onnx.serving.graphs import build_serving_graphs, graphs_directory
+from aiayn.engines.onnx.serving.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving.kernel_rows import rows_for
+from aiayn.engines.onnx.serving.spec import CPU_OPS, SERVING_OPS
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device, open_session
+from aiayn.engines.onnx.tiny_graphs import gather_model, widen_model
 
 S = TypeVar("S")
 INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
@@ -60,9 +60,7 @@ class ServingEngine(Generic[S]):
 
     name = ONNX_SERVING
 
-    def __init__(
-        self, folder: ModelFolder, ops: serving_spec.ServingOps, buffers: StateBuffers[S], lanes: int = 1
-    ) -> None:
+    def __init__(self, folder: ModelFolder, ops: spec.ServingOps, buffers: StateBuffers[S], lanes: int = 1) -> None:
         self.folder, self.config, self.ops, self.buffers = folder, folder.config, ops, buffers
         self.provider = buffers.decoder.get_providers()[0]
         self.lanes = lanes if self.provider == CPU else 1  # one GPU stream: batches take turns
@@ -110,8 +108,8 @@ class ServingEngine(Generic[S]):
             else:
                 encoder = open_on_device(paths[0], models[0], device, threads)
                 decoder = open_on_device(paths[1], models[1], device, threads, graphs=True)
-        check_built_graph(encoder, serving_spec.serving_encoder_spec(folder.config, ops))
-        check_built_graph(decoder, serving_spec.serving_decoder_spec(folder.config, ops))
+        check_built_graph(encoder, spec.serving_encoder_spec(folder.config, ops))
+        check_built_graph(decoder, spec.serving_decoder_spec(folder.config, ops))
         if graphs_for == "cpu":
             buffers: StateBuffers[Any] = HostBuffers(folder.config, encoder, decoder, rows_for(scheme))
         else:

@@ -14,7 +14,7 @@ had when captured and no kernel reads a changing value from host memory. So:
   outputs) in OrtValues of each bucket (``Step``), written between runs through ONNX Runtime (``update_inplace``);
 - the positions are on the device (``seqlens_k``; the graphs scatter the new key/value there and mask the rest:
   ``serving_graphs.scattered_attention``), and the only inputs a kernel reads from host memory, the sentence groups'
-  shape and the head's k, are fixed per graph (``serving_spec.HOST_READ``);
+  shape and the head's k, are fixed per graph (``spec.HOST_READ``);
 - the beam's reordering gathers the cache's rows by their parents from one cache buffer into the other, in a graph of
   its own, captured too; a cache that fills is padded on the device from one buffer into the other (a Pad node); a
   sentence that finishes is just no longer read (``DeviceState.blocks``). Both move only the positions the batch has
@@ -44,11 +44,11 @@ import onnxruntime as ort
 
 from aiayn.core import contract
 from aiayn.core.config import ModelConfig
-from aiayn.engines.onnx import serving_spec
-from aiayn.engines.onnx.gather import INDICES, PADS
-from aiayn.engines.onnx.graph_builder import positions_length
-from aiayn.engines.onnx.rows import consume, distinct, run_length
+from aiayn.engines.onnx.serving import spec
+from aiayn.engines.onnx.serving.graph_builder import positions_length
+from aiayn.engines.onnx.serving.rows import consume, distinct, run_length
 from aiayn.engines.onnx.sessions import CPU
+from aiayn.engines.onnx.tiny_graphs import INDICES, PADS
 
 SRC_LEN_MULTIPLE = 16
 CROSS, CACHES = "cross", ("cache_a", "cache_b")  # the workspace's buffers; a batch's cache is in one of the two
@@ -198,7 +198,7 @@ class DeviceBuffers:
     def __init__(
         self,
         config: ModelConfig,
-        ops: serving_spec.ServingOps,
+        ops: spec.ServingOps,
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
         reorder: ort.InferenceSession,
@@ -273,7 +273,7 @@ class DeviceBuffers:
         binding = self.encoder.io_binding()
         binding.bind_cpu_input(contract.SRC_IDS, padded)
         binding.bind_cpu_input(contract.SRC_MASK, src_mask)
-        self.bind_at(binding.bind_output, serving_spec.CROSS_KV, CROSS, shapes.cross(self.config))
+        self.bind_at(binding.bind_output, spec.CROSS_KV, CROSS, shapes.cross(self.config))
         self.encoder.run_with_iobinding(binding)
         self.owner = batch
         return fresh_state(batch, n)
@@ -338,11 +338,11 @@ class DeviceBuffers:
         binding = self.decoder.io_binding()
         for name, value in (
             (contract.TGT_IDS, step.ids),
-            (serving_spec.SEQLENS_K, step.seqlens),
+            (spec.SEQLENS_K, step.seqlens),
             (contract.SRC_MASK, step.src_mask),
         ):
             binding.bind_ortvalue_input(name, value)
-        binding.bind_cpu_input(serving_spec.GROUP_SHAPE, step.group_shape)
+        binding.bind_cpu_input(spec.GROUP_SHAPE, step.group_shape)
         step.top_k[k] = np.array([k], np.int64)
         binding.bind_cpu_input(contract.TOP_K, step.top_k[k])
         self.bind_slices(binding, CROSS, shapes.cross(self.config), self.cross_names, [])

@@ -15,7 +15,7 @@ import onnx
 from onnx import helper
 
 from aiayn.core.contract import LOG_PROBS, TOP_K_INPUT, TOP_K_OUTPUTS
-from aiayn.engines.onnx.gather import tensor_info
+from aiayn.engines.onnx.tiny_graphs import tensor_info
 
 
 def with_top_k_head(decoder: bytes) -> bytes:

@@ -84,7 +84,7 @@ from aiayn.core.weight_spec import (
     sublayer,
 )
 from aiayn.engines.onnx.block_quant import BlockScheme
-from aiayn.engines.onnx.graph_builder import (
+from aiayn.engines.onnx.serving.graph_builder import (
     MS_DOMAIN,
     WEIGHTS_FILE,
     ExternalWeights,
@@ -92,7 +92,7 @@ from aiayn.engines.onnx.graph_builder import (
     Sublayers,
     positions_length,
 )
-from aiayn.engines.onnx.serving_spec import (
+from aiayn.engines.onnx.serving.spec import (
     CPU_OPS,
     CROSS_KV,
     GQA,

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from aiayn.engines.onnx.gather import gather_model
 from aiayn.engines.onnx.sessions import CUDA, ORT_TYPES, open_session
+from aiayn.engines.onnx.tiny_graphs import gather_model
 
 DTYPE_OF_ORT_TYPE = {ort_type: dtype for dtype, ort_type in ORT_TYPES.items()}
 Feeds = Mapping[str, np.ndarray]  # small host inputs of one run: token ids, position, k
