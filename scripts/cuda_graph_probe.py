@@ -35,6 +35,7 @@ from aiayn.engines.load import translator_for
 from aiayn.engines.onnx.serving.device_buffers import CACHES, CROSS, DeviceBuffers
 from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.onnx.sessions import open_on_device
+from aiayn.engines.placement import Placement
 from aiayn.search.translator import SearchSettings
 
 RUNS = 50
@@ -108,7 +109,7 @@ def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: li
 
     probe = open_on_device(None, gather_model([("float32", 1)]), device, 1)
     context = gpu_mb()
-    engine = ServingEngine.load(folder, device, variant, graphs_for="cuda")
+    engine = ServingEngine.load(folder, Placement(device=device, variant=variant, for_gpu=True))
     loaded = gpu_mb()
     translator = translator_for(folder, engine, max_sentences=len(sentences))
     translator.translate(sentences, SearchSettings(beam_size=4, min_len=24, max_len=24))  # as the bench decodes
@@ -140,7 +141,7 @@ def main() -> None:
             return
         for name, folder in (("bundled", bundled), ("base", base)):
             for variant in ("fp32", "fp16"):
-                engine = ServingEngine.load(folder, args.device, variant, graphs_for="cuda")
+                engine = ServingEngine.load(folder, Placement(device=args.device, variant=variant, for_gpu=True))
                 for rows in (1, 128):
                     figures = {"model": name, "variant": variant, "rows": rows, **step_times(engine, rows)}
                     print(json.dumps(figures), flush=True)

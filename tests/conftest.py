@@ -370,3 +370,21 @@ def under_cuda_rules() -> Iterator[None]:
     rules are ONNX Runtime's own)."""
     with cuda_binding_rules():
         yield
+
+
+WRONG_WEIGHT = "decoder_layers.0.self_attn.w_v.weight"  # a weight the self-check at load must notice
+
+
+@pytest.fixture
+def broken_gpu_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's serving graphs built with one weight wrong; the CPU's, the self-check's reference, stay true."""
+    from aiayn.engines.onnx.serving import engine as serving_engine
+
+    build = serving_engine.build_serving_graphs
+
+    def broken(config: ModelConfig, weights: dict[str, np.ndarray], *args: Any) -> Any:
+        ops = args[-1]
+        wrong = dict(weights, **{WRONG_WEIGHT: weights[WRONG_WEIGHT] * 1.5}) if ops.device == "cuda" else weights
+        return build(config, wrong, *args)
+
+    monkeypatch.setattr(serving_engine, "build_serving_graphs", broken)

@@ -18,8 +18,10 @@ from typing import Any
 
 from aiayn.bench.run import search_name
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.serving.engine import ServingEngine
+from aiayn.engines import ONNX
+from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import place
 from aiayn.search.translator import SearchSettings
 
 KERNEL_TIME = "_kernel_time"  # ONNX Runtime's event for a node's compute, beside its fences
@@ -71,7 +73,8 @@ def profile_decoder(
     """The serving decoder's op split over one search of ``sentences``."""
     settings = settings or SearchSettings(beam_size=beam)
     with tempfile.TemporaryDirectory(prefix="aiayn-profile-") as directory:
-        engine = ServingEngine.load(folder, profile_prefix=str(Path(directory) / "decoder"))
+        placement = place(EngineOptions(ONNX, "cpu", lanes=1), profile_prefix=str(Path(directory) / "decoder"))
+        engine: Any = load_engine(folder, placement)
         translator = translator_for(folder, engine, max_sentences=batch)
         src_ids = [translator.source_ids(s) for s in sentences]
         translator.translate_ids(src_ids, settings)

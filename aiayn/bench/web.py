@@ -27,8 +27,8 @@ from typing import Any
 from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
+from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE
 from aiayn.export.web import PREVIEW_FILE, export_web
-from aiayn.export.web_graphs import WEIGHTS_FILE
 from aiayn.serve.service import LoadedModel
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -47,7 +47,7 @@ FIRST_LINE = "Two dogs play in the snow."
 ROUNDS = 3  # fresh pages; the times are their medians
 BATCH = 32  # lines a batch-mates check translates together
 INDEX = "index.html"
-GRAPH_FILES = (ENCODER_FILE, DECODER_FILE, WEIGHTS_FILE)
+GRAPH_FILES = (ENCODER_FILE, DECODER_FILE, EXTERNAL_DATA_FILE)
 GZIP_LEVEL = 6  # gzip's default, as web servers use it
 OPUS_MT_VOCAB = 58101  # opus-mt-en-de's vocabulary: the base size's folder is that checkpoint's size
 

@@ -117,8 +117,8 @@ def add_beam_flag(p: argparse.ArgumentParser) -> None:
 
 
 ENGINE_HELP = (
-    "onnx: the fastest ONNX Runtime engine for the device; onnx-serving: the serving graphs built from the weights; "
-    "onnx-portable: the contract's graphs; torch: needs the [train] extra"
+    "onnx: the serving engine, its graphs built from the weights for the device (the contract's graphs where it has "
+    "none of --variant there); onnx-portable: the contract's graphs; torch: needs the [train] extra"
 )
 
 

@@ -32,8 +32,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
             parts_report,
             web_report,
         )
+        from aiayn.engines import WEB_VARIANTS
         from aiayn.engines.options import EngineOptions
-        from aiayn.export.web_graphs import WEB_VARIANTS
         from aiayn.serve.service import TranslationService
 
         test = load_split_for(folder, "test_2016_flickr", args.data).src

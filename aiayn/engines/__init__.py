@@ -8,7 +8,9 @@ from typing import Protocol
 
 import numpy as np
 
-from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
+from aiayn.core.contract import VARIANTS as EXPORTED_VARIANTS
+from aiayn.engines.onnx.block_quant import BlockScheme
+from aiayn.engines.onnx.serving.spec import CPU_OPS, CUDA_FP16_OPS, CUDA_OPS, ServingOps
 from aiayn.search.step import State, StepModel
 
 DEVICES = ("auto", "cpu", "cuda")  # where an engine runs; auto: a GPU where one really works
@@ -19,42 +21,65 @@ def default_cores() -> int:
     return min(MAX_CORES, os.cpu_count() or 1)
 
 
-# One name per engine, in the CLI's --engine, the bench's rows and the logs. onnx-serving: the serving graphs built
-# from the weights for the device (``onnx/serving.py``); onnx-portable: the contract's graphs (``onnx/engine.py``, the
-# reference, and what a GPU runs); torch: PyTorch itself. ``onnx`` names no engine but a choice: ``load.load_engine``
-# takes the fastest ONNX Runtime engine for the device, and the engine then says which it is.
-ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH = "onnx", "onnx-serving", "onnx-portable", "torch"
-ENGINES = (ONNX, ONNX_SERVING, ONNX_PORTABLE, TORCH)
-ENGINE_NAMES = (ONNX_SERVING, ONNX_PORTABLE, TORCH)  # what an engine's ``name`` is
+# One name per engine, in the CLI's --engine, the bench's rows and the logs: onnx, the serving engine (graphs built
+# from the weights for the device when it loads, ``onnx/serving/``); onnx-portable, the contract's exported graphs
+# (``onnx/portable/``: the reference, and what serves the variants the serving engine has no graphs for on a device);
+# torch, PyTorch itself. ``placement.place`` decides which runs.
+ONNX, ONNX_PORTABLE, TORCH = "onnx", "onnx-portable", "torch"
+ENGINES = (ONNX, ONNX_PORTABLE, TORCH)
+DEVICE_NAMES = {"cpu": "a CPU", "cuda": "a GPU"}
 
 
 @dataclass(frozen=True)
 class Weights:
     """One row of the table of the weights an engine can run (the CLI's one ``--variant``)."""
 
-    serving: tuple[str, ...]  # the devices whose serving graphs are built in these weights when the engine loads
-    exported: bool  # `aiayn export --variant` writes the contract's graphs in them, which the portable engine runs
+    name: str
+    serving: dict[str, ServingOps]  # device → the ops of the serving graphs built in these weights when it loads
+    block: BlockScheme | None = None  # weight-only blocks: every projection as MatMulNBits (``onnx/block_quant.py``)
+    int8: bool = False  # ONNX Runtime's dynamic int8 quantization of every projection (``onnx/quantize.py``)
     torch: bool = False  # the PyTorch engine runs them
+    web: bool = False  # the browser folder's graphs (`aiayn export --to web --variant`)
+
+    @property
+    def exported(self) -> bool:
+        """`aiayn export --variant` writes the contract's graphs in them, which the portable engine runs."""
+        return self.name in EXPORTED_VARIANTS
 
 
-# The one table of weight formats: fp32 everywhere; w8 and w4, the weight-only blocks of ``onnx/block_quant.py``
-# (CPU); int8, dynamically quantized (CPU serving graphs, or the exported int8 graphs); fp16 (the GPU's serving
-# graphs, or the exported fp16 graphs). ``load.resolve`` reads it; so do the CLI's choices, the Space's and the tests.
+# The one table of weight formats: fp32 everywhere; w8 and w4, weight-only blocks (CPU; why these numbers:
+# docs/speed.md); int8, dynamically quantized (CPU serving graphs, or the exported int8 graphs); fp16 (the GPU's
+# serving graphs, or the exported fp16 graphs). The placement, the CLI's choices, the exports and the tests read it.
 WEIGHTS = {
-    "fp32": Weights(("cpu", "cuda"), exported=True, torch=True),
-    **{name: Weights(("cpu",), exported=False) for name in BLOCK_SCHEMES},
-    "int8": Weights(("cpu",), exported=True),
-    "fp16": Weights(("cuda",), exported=True),
+    weights.name: weights
+    for weights in (
+        Weights("fp32", {"cpu": CPU_OPS, "cuda": CUDA_OPS}, torch=True, web=True),
+        Weights(
+            "w8",
+            {"cpu": CPU_OPS},
+            BlockScheme(bits=8, block_size=128, symmetric=True, accuracy_level=4),
+            web=True,
+        ),
+        Weights(
+            "w4",
+            {"cpu": CPU_OPS},
+            BlockScheme(bits=4, block_size=128, symmetric=True, accuracy_level=4),
+            web=True,
+        ),
+        Weights("int8", {"cpu": CPU_OPS}, int8=True),
+        Weights("fp16", {"cuda": CUDA_FP16_OPS}),
+    )
 }
 VARIANTS = tuple(WEIGHTS)
-BLOCK_VARIANTS = tuple(BLOCK_SCHEMES)
-SERVING_VARIANTS = {device: tuple(v for v, w in WEIGHTS.items() if device in w.serving) for device in ("cpu", "cuda")}
+BLOCK_VARIANTS = tuple(v for v, w in WEIGHTS.items() if w.block)
+WEB_VARIANTS = tuple(v for v, w in WEIGHTS.items() if w.web)
+SERVING_VARIANTS = {device: tuple(v for v, w in WEIGHTS.items() if device in w.serving) for device in DEVICE_NAMES}
 
 
 class Engine(StepModel[State], Protocol[State]):
     """A step engine as ``load.load_engine`` hands it to the service, the CLI and the bench."""
 
-    name: str  # which engine it is: one of ``ENGINE_NAMES``
+    name: str  # which engine it is: one of ``ENGINES``
     provider: str  # where it runs: ONNX Runtime's execution provider, or PyTorch and its device
     lanes: int  # how many searches it runs well at once (``aiayn.search.translator``: one batch each)
 

@@ -8,8 +8,9 @@ import sys
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX, ONNX_PORTABLE, ONNX_SERVING, SERVING_VARIANTS, TORCH, WEIGHTS, Engine
+from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH, Engine
 from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement, place
 from aiayn.search.translator import Translator
 
 
@@ -22,82 +23,48 @@ def installed_engine() -> str:
         return ONNX
 
 
-def load_engine(folder: ModelFolder, options: EngineOptions) -> Engine[Any]:
-    """The step engine ``options`` name for a model folder: ONNX Runtime or PyTorch (fp32). "onnx" is the serving
-    engine, built from the weights for the device: on a CPU (fp32, w8, w4, int8) or on a GPU with its state on the
-    device (fp32, fp16), checked at load there (``onnx/serving.py``); the variants it has no graphs for on that
-    device (int8 on a GPU, fp16 on a CPU) run the exported contract graphs. On a CPU, ONNX Runtime runs
-    ``options.lane_count`` lanes of ``options.threads`` intra-op threads each, over one copy of the weights.
+def load_engine(folder: ModelFolder, where: EngineOptions | Placement, model: Any = None) -> Engine[Any]:
+    """The step engine of a model folder, placed as ``where`` says (options are placed first: ``placement.place``).
 
-    PyTorch is imported only here and only for ``engine="torch"``, so the serve path runs without it.
+    ``model``: the torch engine over a model in memory instead of the folder's weights (training's validation, the
+    export's checks). PyTorch is imported only here and only for the torch engine, so the serve path runs without it.
     """
-    if options.engine == TORCH:
-        resolve(TORCH, options.device, options.variant)  # refuses any weights but fp32
+    placement = where if isinstance(where, Placement) else place(where)
+    if placement.engine == TORCH:
         try:
             from aiayn.engines.pytorch import TorchEngine
-            from aiayn.engines.pytorch import resolve_device as torch_device
-            from aiayn.model.weights import load_model
         except ImportError as err:
             raise ValueError(
                 f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
             ) from None
-        return TorchEngine(load_model(folder), torch_device(options.device))
+        return TorchEngine.load(folder, placement, model)
     from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
     from aiayn.engines.onnx.serving.engine import ServingEngine
-    from aiayn.engines.onnx.sessions import resolve_device
 
-    device, variant, lanes, threads = options.device, options.variant, options.lane_count, options.threads
-    if device == "auto" and WEIGHTS[variant].serving == ("cpu",) and not WEIGHTS[variant].exported:
-        device = "cpu"  # built for a CPU only: no GPU probe
-    device = resolve_device(device)
-    runs = resolve(options.engine, device, variant)
-    if runs == ONNX_PORTABLE:
-        return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=threads, lanes=lanes)
-    if device == "cuda":
-        return serving_checked(folder, "cuda", variant, lanes)
-    return ServingEngine.load(folder, "cpu", variant, lanes, threads=threads)
+    if placement.engine == ONNX_PORTABLE:
+        return PortableOnnxEngine.load(folder, placement)
+    engine = ServingEngine.load(folder, placement)
+    return checked(folder, engine, placement) if placement.checked else engine
 
 
-def resolve(engine: str, device: str, variant: str) -> str:
-    """The engine (one of ``ENGINE_NAMES``) that runs ``variant`` for ``--engine engine`` on ``device`` (a resolved
-    one), as the table of weights (``aiayn.engines.WEIGHTS``) says; or a ValueError, one line naming what would."""
-    weights = WEIGHTS[variant]
-    serving, exported = device in weights.serving, weights.exported
-    if engine == TORCH:
-        if weights.torch:
-            return TORCH
-        raise ValueError(f"the torch engine runs fp32 only; use --engine onnx for --variant {variant}")
-    if engine == ONNX_SERVING and not serving:
-        cpu, cuda = (", ".join(SERVING_VARIANTS[d]) for d in ("cpu", "cuda"))
-        instead = f"use --engine {ONNX_PORTABLE} for --variant {variant} there" if exported else "use --device cpu"
-        raise ValueError(f"the {ONNX_SERVING} engine runs {cpu} on a CPU and {cuda} on a GPU; {instead}")
-    if engine == ONNX_PORTABLE and not exported or engine == ONNX and not (serving or exported):
-        on = " or ".join("a CPU" if d == "cpu" else "a GPU" for d in weights.serving)
-        raise ValueError(
-            f"--variant {variant} is built from the weights for the onnx engine on {on}; "
-            f"use --engine onnx --device {weights.serving[0]} (or auto)"
-        )
-    return ONNX_SERVING if serving and engine != ONNX_PORTABLE else ONNX_PORTABLE
-
-
-def serving_checked(folder: ModelFolder, device: str, variant: str, lanes: int) -> Engine[Any]:
-    """The serving engine on ``device`` once it has checked itself against the CPU serving graphs
-    (``onnx/self_check.py``); where it cannot run the folder or fails the check, the exported contract graphs on the
-    same device, saying why in one line. (``device`` cpu runs the CUDA graphs on the CPU provider, as the tests do.)"""
+def checked(folder: ModelFolder, engine: Engine[Any], placement: Placement) -> Engine[Any]:
+    """``engine`` (the serving engine for a GPU) once it has checked itself against the CPU serving graphs
+    (``onnx/serving/self_check.py``); where it fails the check, the exported contract graphs in its place, saying why
+    in one line."""
     from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
     from aiayn.engines.onnx.serving import self_check
     from aiayn.engines.onnx.serving.engine import ServingEngine
 
-    engine = ServingEngine.load(folder, device, variant, lanes, graphs_for="cuda")
-    reference = ServingEngine.load(folder, "cpu")
-    reason = self_check.disagreement(engine, reference, folder.config.vocab_size, engine.ops.dtype)
+    reference = ServingEngine.load(folder, placement.reference())
+    reason = self_check.disagreement(engine, reference, folder.config.vocab_size, placement.serving_ops.dtype)
     if not reason:
         return engine
     print(
-        f"the serving graphs cannot serve {folder.path} on {device}: {reason}; the exported graphs serve it instead",
+        f"the serving graphs cannot serve {folder.path} on {placement.device}: {reason}; the exported graphs serve "
+        "it instead",
         file=sys.stderr,
     )
-    return PortableOnnxEngine.load(folder, device=device, variant=variant, threads=1, lanes=lanes)
+    return PortableOnnxEngine.load(folder, placement.portable())
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

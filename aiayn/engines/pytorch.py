@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.engines import DEVICES, TORCH
+from aiayn.core.folder import ModelFolder
+from aiayn.engines import TORCH
+from aiayn.engines.placement import Placement, resolve_runtime_device
 from aiayn.engines.state import DecoderState
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
@@ -23,14 +25,14 @@ def take_rows(values: Sequence[Tensor], rows: np.ndarray) -> list[Tensor]:
     return [value.index_select(0, index) for value in values]
 
 
+def gpu_problem() -> str:
+    """Why PyTorch cannot run on a GPU here, or "" where it can."""
+    return "" if torch.cuda.is_available() else "it sees no GPU"
+
+
 def resolve_device(device: str) -> str:
-    """Where PyTorch runs: ``cpu`` or ``cuda`` as asked (``cuda`` without a GPU is one clear error), and ``auto`` as
-    ``cuda`` where PyTorch sees a GPU, else ``cpu``."""
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: PyTorch sees no GPU here; use --device cpu, or auto to take one where found")
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    """Where PyTorch runs for ``--device device`` (training's choice; an engine's is its placement's)."""
+    return resolve_runtime_device(device, "PyTorch", gpu_problem)
 
 
 class TorchEngine(FullDistributionStep[TorchState]):
@@ -46,6 +48,13 @@ class TorchEngine(FullDistributionStep[TorchState]):
         tokens = model.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = model.config.never_generate
+
+    @classmethod
+    def load(cls, folder: ModelFolder, placement: Placement, model: Transformer | None = None) -> TorchEngine:
+        """The folder's model (or ``model``, one in memory) on the placement's device."""
+        from aiayn.model.weights import load_model
+
+        return cls(model if model is not None else load_model(folder), placement.device)
 
     def tensor(self, ids: np.ndarray) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)

@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import ParallelCorpus
-from aiayn.engines import default_cores
-from aiayn.engines.load import translator_for
-from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
-from aiayn.engines.onnx.serving.engine import ServingEngine
-from aiayn.engines.pytorch import TorchEngine
+from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH, Engine
+from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import evaluate
 from aiayn.evaluation.metrics import Scores
 from aiayn.export.ctranslate2 import ctranslate2_greedy, export_ctranslate2
@@ -28,6 +26,16 @@ from aiayn.search.translator import SearchSettings, Translator
 
 PARITY_SENTENCES = 100  # the fp32 log-prob check; the identical-translation check takes --check-sentences
 INT8_BLEU_GOAL = 0.3  # largest BLEU drop we accept from int8 without saying so
+
+
+def torch_engine(folder: ModelFolder, model: Transformer) -> Engine[object]:
+    """The torch engine over the model just exported, as it is in memory."""
+    return load_engine(folder, EngineOptions(TORCH, "cpu", lanes=1), model)
+
+
+def portable(folder: ModelFolder, variant: str = "fp32", device: str = "cpu") -> Translator:
+    """The exported graphs of ``variant``, as the portable engine runs them."""
+    return translator_for(folder, load_engine(folder, EngineOptions(ONNX_PORTABLE, device, variant)))
 FP16_SANITY = 1.0  # fp16 log-probs further than this from fp32 mean a broken graph, not rounding
 FALLBACK_SENTENCES = [  # used when no sentences of the folder's pair are at hand
     "A dog runs across the green grass.",
@@ -66,8 +74,8 @@ def export_and_prove_onnx(
     bundle = [folder.weights_file, folder.onnx_file(ENCODER_FILE), folder.onnx_file(DECODER_FILE)]
     lines.append(f"model.safetensors + fp32 graphs: {megabytes(sum(f.stat().st_size for f in bundle))}")
 
-    torch_translator = translator_for(folder, TorchEngine(model))
-    onnx_translator = translator_for(folder, PortableOnnxEngine.load(folder, device="cpu"))
+    torch_translator = translator_for(folder, torch_engine(folder, model))
+    onnx_translator = portable(folder)
     src_ids = [torch_translator.source_ids(s) for s in sentences]
     report = check_logits(torch_translator.engine, onnx_translator.engine, src_ids[:PARITY_SENTENCES])
     lines.append(
@@ -94,7 +102,7 @@ def prove_serving_graphs(
 ) -> list[str]:
     """The CPU serving graphs (built from the same weights when an engine loads) against the contract's
     graphs just proven: the same tolerance and identical translations, or the export fails."""
-    fused = translator_for(folder, ServingEngine.load(folder, "cpu", lanes=default_cores()))
+    fused = translator_for(folder, load_engine(folder, EngineOptions(ONNX, "cpu")))
     report = check_logits(reference.engine, fused.engine, src_ids[:PARITY_SENTENCES])
     lines = [f"serving graphs: max |log-prob difference| vs decoder.onnx = {report.max_abs_diff:.2e}"]
     checked = src_ids[:check_sentences]
@@ -115,8 +123,7 @@ def against_fp32(
 ) -> VariantGap:
     """A variant's provider, its max |log-prob difference| from the fp32 graphs and how many of the first
     ``check_sentences`` greedy translations stay the same."""
-    reference = translator_for(folder, PortableOnnxEngine.load(folder, device="cpu"))
-    candidate = translator_for(folder, PortableOnnxEngine.load(folder, device=device, variant=variant))
+    reference, candidate = portable(folder), portable(folder, variant, device)
     src_ids = [reference.source_ids(s) for s in sentences]
     gap = max_log_prob_diff(reference.engine, candidate.engine, src_ids[:PARITY_SENTENCES]).max_abs_diff
     same = count_identical(reference, candidate, src_ids[:check_sentences], SearchSettings(beam_size=1))
@@ -130,7 +137,7 @@ def bleu_by_variant(
     settings = SearchSettings(beam_size=beam_size)
     return {
         variant: evaluate(
-            translator_for(folder, PortableOnnxEngine.load(folder, device="cpu", variant=variant)),
+            portable(folder, variant),
             corpus,
             settings,
             progress=False,
@@ -175,7 +182,7 @@ def report_fp16(folder: ModelFolder, sentences: list[str], check_sentences: int)
 def export_to_ctranslate2(model: Transformer, folder: ModelFolder, sentences: list[str]) -> list[str]:
     """Write folder/ctranslate2 and show that its greedy output equals ours, token for token."""
     target = export_ctranslate2(model, folder.tokenizer, folder.path)
-    translator = translator_for(folder, TorchEngine(model))
+    translator = translator_for(folder, torch_engine(folder, model))
     ours = translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam_size=1))
     theirs = ctranslate2_greedy(folder.path, folder.tokenizer, sentences)
     same = sum(a == b for a, b in zip(theirs, ours, strict=True))

@@ -30,8 +30,9 @@ from aiayn.core.folder import (
     ModelFolder,
 )
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
-from aiayn.engines import BLOCK_VARIANTS, SERVING_VARIANTS
-from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines import BLOCK_VARIANTS, ONNX_PORTABLE, SERVING_VARIANTS
+from aiayn.engines.load import load_engine
+from aiayn.engines.options import EngineOptions
 
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package
@@ -255,8 +256,8 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", varian
     folder.require([folder.weights_file, folder.tokenizer_file], "a Space serves a trained or imported folder")
     folder.check_weights()
     files = [folder.path / name for name in MODEL_FILES]
-    if device == "cuda":  # the GPU runs the contract's graphs: checked against the weights, as every engine does
-        PortableOnnxEngine.load(folder, device="cpu", variant=GPU_GRAPHS_VARIANT, threads=1)
+    if device == "cuda":  # what serves where the serving engine fails its check at load: checked here, as it will be
+        load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", GPU_GRAPHS_VARIANT, lanes=1))
         files += [folder.onnx_file(graph, GPU_GRAPHS_VARIANT) for graph in GPU_GRAPHS]
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise FileExistsError(f"--out {out_dir} exists and is not an empty folder; choose a new one")

@@ -31,9 +31,12 @@ from aiayn.core.contract import (
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
 from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
-from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines import ONNX_PORTABLE
+from aiayn.engines.load import load_engine
+from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE
+from aiayn.engines.options import EngineOptions
 from aiayn.export.npm import CACHE_DIR, PACKAGES, copy_files
-from aiayn.export.web_graphs import WEIGHTS_FILE, check_variant, write_browser_graphs
+from aiayn.export.web_graphs import check_variant, write_browser_graphs
 from aiayn.search.translator import LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS, SearchSettings
 from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, ClauseSplitter
 from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
@@ -87,7 +90,7 @@ def web_section(folder: ModelFolder, variant: str) -> dict[str, Any]:
         "variant": variant,
         "encoder": ENCODER_FILE,
         "decoder": DECODER_FILE,
-        "weights": WEIGHTS_FILE,
+        "weights": EXTERNAL_DATA_FILE,
         "names": {
             "src_ids": SRC_IDS,
             "tgt_ids": TGT_IDS,
@@ -148,11 +151,11 @@ def space_readme(folder: ModelFolder) -> str:
 
 
 def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_dir: Path = CACHE_DIR) -> list[str]:
-    """Write the static folder with the graphs of ``variant`` (``web_graphs.WEB_VARIANTS``); the report lines name
+    """Write the static folder with the graphs of ``variant`` (``aiayn.engines.WEB_VARIANTS``); the report lines name
     its size. The fp32 graphs they are made from are checked against the folder first (its weights and config, the
     contract), as every engine checks them."""
     check_variant(variant)
-    PortableOnnxEngine.load(folder, device="cpu", variant="fp32", threads=1)
+    load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", lanes=1))
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"--out {out_dir} is a file; give a folder")
     out_dir.mkdir(parents=True, exist_ok=True)

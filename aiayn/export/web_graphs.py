@@ -6,7 +6,7 @@ and hands the same bytes to both sessions (``page/engine.js``). fp32 is the fold
 their storage changed and ONNX Runtime's fusions applied once here (``fused_for_the_browser``) instead of in the
 browser, so they compute what they computed before.
 
-The weight-only variants (``block_quant.VARIANTS``, the ones `aiayn translate --variant` runs on a CPU) store every
+The weight-only variants (``engines.BLOCK_VARIANTS``, the ones `aiayn translate --variant` runs on a CPU) store every
 projection's weight and the embedding as the same blocks the CPU serving graphs hold (``block_quant``, the same
 code), each once: the tied output projection reads the embedding's blocks. Standard operators turn them back into
 fp32, (code - zero point) · scale as ONNX Runtime's ``MatMulNBits`` and ``GatherBlockQuantized`` compute it, on
@@ -20,7 +20,6 @@ rounding, and a row's result depends on nothing but the row. Torch-free.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from pathlib import Path
 
@@ -32,48 +31,14 @@ from onnx import helper, numpy_helper
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE, VARIANT_KEY
 from aiayn.core.folder import ModelFolder
 from aiayn.core.weight_spec import EMBEDDING
-from aiayn.engines.onnx.block_quant import VARIANTS, BlockScheme, quantize_matmul
+from aiayn.engines import WEB_VARIANTS, WEIGHTS
+from aiayn.engines.onnx.block_quant import BlockScheme, quantize_matmul
+from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE, ExternalData
 
-WEIGHTS_FILE = "weights.bin"
-WEB_VARIANTS = ("fp32", *VARIANTS)
 EXTERNAL_MIN_BYTES = 1024  # smaller constants (shapes, norms, biases) stay inside the graph
 ALIGNMENT = 64
 INT8_ACTIVATIONS = 4  # MatMulNBits's accuracy_level that quantizes its input to int8 per row and block
 INT8_MAX = 127.0
-
-
-class SharedWeights:
-    """One external-data file for several graphs, each distinct tensor's bytes written once."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.file = path.open("wb")
-        self.written: dict[bytes, int] = {}  # sha256 of the bytes → offset
-
-    def externalize(self, graph: onnx.GraphProto) -> None:
-        """Point every large initializer of ``graph`` into the file (appending what it does not hold yet)."""
-        for tensor in graph.initializer:
-            data = tensor.raw_data or numpy_helper.to_array(tensor).tobytes()
-            if len(data) < EXTERNAL_MIN_BYTES:
-                continue
-            digest = hashlib.sha256(data).digest()
-            if digest not in self.written:
-                offset = -(-self.file.tell() // ALIGNMENT) * ALIGNMENT
-                self.file.seek(offset)
-                self.file.write(data)
-                self.written[digest] = offset
-            for field in ("raw_data", "float_data", "int32_data", "int64_data"):
-                tensor.ClearField(field)
-            tensor.data_location = onnx.TensorProto.EXTERNAL
-            del tensor.external_data[:]
-            for key, value in (("location", self.path.name), ("offset", self.written[digest]), ("length", len(data))):
-                tensor.external_data.add(key=key, value=str(value))
-
-    def __enter__(self) -> SharedWeights:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()
 
 
 class WeightQuantizer:
@@ -283,16 +248,17 @@ def write_browser_graphs(folder: ModelFolder, variant: str, out_dir: Path) -> li
     """encoder.onnx, decoder.onnx and their one weights.bin in ``out_dir``, from the folder's fp32 graphs, in
     ``variant`` (one of ``WEB_VARIANTS``): the files written."""
     check_variant(variant)
-    written = [out_dir / ENCODER_FILE, out_dir / DECODER_FILE, out_dir / WEIGHTS_FILE]
-    with SharedWeights(written[2]) as shared:
+    written = [out_dir / ENCODER_FILE, out_dir / DECODER_FILE, out_dir / EXTERNAL_DATA_FILE]
+    scheme = WEIGHTS[variant].block
+    with ExternalData(written[2], ALIGNMENT) as shared:
         for graph_file, target in zip((ENCODER_FILE, DECODER_FILE), written, strict=False):
             model = onnx.load(str(folder.onnx_file(graph_file)))
-            if variant in VARIANTS:
-                quantize_weights(model, VARIANTS[variant])
+            if scheme:
+                quantize_weights(model, scheme)
             stamp = {entry.key: entry.value for entry in model.metadata_props} | {VARIANT_KEY: variant}
             model = fused_for_the_browser(model)
             del model.metadata_props[:]
             onnx.helper.set_model_props(model, stamp)
-            shared.externalize(model.graph)
+            shared.externalize(model.graph, EXTERNAL_MIN_BYTES)
             onnx.save(model, str(target))
     return written

@@ -10,8 +10,9 @@ import torch
 from aiayn.core.folder import ModelFolder
 from aiayn.data.batching import token_batches
 from aiayn.data.prepare import PreparedData
-from aiayn.engines.load import translator_for
-from aiayn.engines.pytorch import TorchEngine
+from aiayn.engines import TORCH
+from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.confidence import calibrate_confidence
 from aiayn.evaluation.metrics import score
 from aiayn.model.transformer import Transformer
@@ -19,6 +20,11 @@ from aiayn.model.weights import load_model
 from aiayn.search.translator import SearchSettings
 from aiayn.train.batches import to_tensors
 from aiayn.train.loss import label_smoothed_sum, real_targets
+
+
+def torch_engine(folder: ModelFolder, model: Transformer, device: torch.device) -> Any:
+    """The torch engine over the model in training, where it is."""
+    return load_engine(folder, EngineOptions(TORCH, device.type, lanes=1), model)
 
 
 def validate(
@@ -36,7 +42,7 @@ def validate(
             embedding = model.embedding
             total_loss += label_smoothed_sum(states, embedding.weight, target, 0.0, embedding.bias).item()
             total_tokens += target.numel()
-    translator = translator_for(folder, TorchEngine(model, device), max_sentences=256)
+    translator = translator_for(folder, torch_engine(folder, model, device), max_sentences=256)
     hypotheses = translator.translate_ids(valid.source_ids(special.eos), SearchSettings(beam_size=1))
     scores = score([folder.tokenizer.decode(h) for h in hypotheses], data.valid_references)
     model.train()
@@ -47,6 +53,6 @@ def calibrate_kept_weights(folder: ModelFolder, data: PreparedData, device: torc
     """The folder's ``confidence`` section for the weights it kept, set on the run's validation split and
     searched with the folder's settings, as `aiayn translate` and the page will search."""
     model = load_model(folder, device)
-    translator = translator_for(folder, TorchEngine(model, device), max_sentences=256)
+    translator = translator_for(folder, torch_engine(folder, model, device), max_sentences=256)
     sources = data.valid.source_ids(model.config.special_tokens.eos)
     return calibrate_confidence(folder, translator, sources, SearchSettings.of(folder), "validation split of the run")

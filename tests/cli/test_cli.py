@@ -44,7 +44,7 @@ def test_standard_input_line_for_line(bundled: dict[str, Path]) -> None:
         check=True,
     )
     assert result.stdout.splitlines() == EXPECTED
-    assert "engine onnx-serving, execution provider: CPUExecutionProvider" in result.stderr  # the engine it took
+    assert "engine onnx, execution provider: CPUExecutionProvider" in result.stderr  # the engine it took
 
 
 def test_a_file_with_a_progress_bar_and_the_torch_engine_agrees(
@@ -82,7 +82,7 @@ def test_eval_scores_a_variant(
     """Without --engine, a variant other than fp32 takes the onnx engine (torch runs fp32 only)."""
     args = ["eval", "--model", "en-de", "--variant", "w4", "--limit", "8", "--beam", "1", "--json"]
     code, out, err = run_cli([*args, "--data", str(multi30k_dir)], capsys)
-    assert code == 0 and "engine onnx-serving (w4)" in err
+    assert code == 0 and "engine onnx (w4)" in err
     assert json.loads(out)["variant"] == "w4"
 
 
@@ -127,7 +127,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(bundled: dict[str, Path], capsys: p
     code, _, err = run_cli(["translate", "--device", "cuda", "A dog."], capsys)
     if code == 0:
         pytest.skip("a GPU runs ONNX Runtime here")
-    assert code == 2 and "--device cuda: ONNX Runtime cannot run serving_encoder.onnx on a GPU here" in err
+    assert code == 2 and "--device cuda: ONNX Runtime cannot run on a GPU here" in err
     assert "Traceback" not in err and "[E:onnxruntime" not in err
 
 
@@ -139,8 +139,8 @@ def test_the_torch_engine_runs_on_the_device_asked_or_says_why_not(
         pytest.skip("PyTorch sees a GPU here")
     code, _, err = run_cli(["translate", "--engine", "torch", "--device", "cuda", "A dog."], capsys)
     assert code == 2 and err.strip().splitlines() == [
-        "aiayn translate: error: --device cuda: PyTorch sees no GPU here; use --device cpu, or auto to take one "
-        "where found"
+        "aiayn translate: error: --device cuda: PyTorch cannot run on a GPU here (it sees no GPU); use --device cpu, "
+        "or auto to take the GPU only where it works"
     ]
 
 

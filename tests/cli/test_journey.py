@@ -108,4 +108,4 @@ def test_eval_of_a_pair_without_multi30k_asks_for_test_files(
     tsv = tmp_path / "mine.tsv"
     tsv.write_text("red cat\tcat red\nbig dog\tdog big\n", encoding="utf-8")
     assert main(["eval", "--model", str(folder), "--test-tsv", str(tsv), "--beam", "1", "--engine", "onnx"]) == 0
-    assert "mine.tsv (2 sentences, onnx-serving, greedy)" in capsys.readouterr().out
+    assert "mine.tsv (2 sentences, onnx, greedy)" in capsys.readouterr().out

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from aiayn.engines import placement
 from aiayn.engines.onnx.sessions import try_cuda
 from aiayn.engines.onnx.tiny_graphs import gather_model
+from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement, place
 
 DEVICE = os.environ.get("AIAYN_CUDA_TESTS_DEVICE", "cuda")  # cpu: the dry run only
 SENTENCES = int(os.environ.get("AIAYN_CUDA_TESTS_SENTENCES", "1000"))  # test_2016_flickr has 1000
@@ -34,6 +38,21 @@ def no_cuda_reason() -> str:
 def device() -> str:
     """Where the tests' engines run: cuda, or cpu in the dry run."""
     return DEVICE
+
+
+@pytest.fixture
+def placed(device: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[EngineOptions], Placement]:
+    """The placement of ``--device cuda`` options, as ``load_engine`` gets it: on the GPU; in the dry run, the same
+    decision (the probe told the GPU works) rehearsed on the CPU provider."""
+
+    def on_the_gpu(options: EngineOptions) -> Placement:
+        if DEVICE == "cuda":
+            return place(options)
+        with monkeypatch.context() as probe:
+            probe.setattr(placement, "gpu_unavailable", lambda threads: "")
+            return place(options).rehearsal()
+
+    return on_the_gpu
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,15 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, ParallelCorpus
-from aiayn.engines import ONNX
-from aiayn.engines.load import load_engine, serving_checked, translator_for
+from aiayn.engines import ONNX, ONNX_PORTABLE
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.onnx.portable.state_io import BoundIO
 from aiayn.engines.onnx.serving.device_buffers import DeviceBuffers
 from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.onnx.sessions import CPU, CUDA
 from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement
 from aiayn.evaluation.evaluate import load_split_for
 from aiayn.evaluation.metrics import score
 from aiayn.search.step import StepModel
@@ -44,6 +45,7 @@ from aiayn.search.translator import SearchSettings
 pytestmark = pytest.mark.cuda
 
 MODELS = ("en-de", "de-en")
+Placed = Callable[[EngineOptions], Placement]  # the `placed` fixture: the GPU's placement, or its rehearsal
 BEAMS = (1, 4)
 FP16_BLEU_MARGIN = 0.2
 FP16_IDENTICAL = 0.99  # of the serving graphs' lines, as CPU fp32's
@@ -78,7 +80,7 @@ def translate_ids(engine: StepModel[Any], folder: Path, beam: int, sentences: in
 @functools.cache
 def cpu_fp32_ids(folder: Path, beam: int, sentences: int) -> list[list[int]]:
     """The reference: the contract's fp32 graphs on the CPU provider, state on the host."""
-    return translate_ids(PortableOnnxEngine.load(folder, device="cpu"), folder, beam, sentences)
+    return translate_ids(PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)), folder, beam, sentences)
 
 
 def bleu(folder: Path, ids: list[list[int]], sentences: int) -> float:
@@ -95,11 +97,12 @@ def corpus_present(multi30k_dir: Path) -> Path:
 @pytest.mark.parametrize("beam", BEAMS)
 @pytest.mark.parametrize("name", MODELS)
 def test_fp32_on_cuda_gives_the_ids_of_the_cpu_engine(
-    bundled: dict[str, Path], device: str, sentences: int, name: str, beam: int
+    bundled: dict[str, Path], device: str, placed: Placed, sentences: int, name: str, beam: int
 ) -> None:
     folder = bundled[name]
-    engine = PortableOnnxEngine.load(folder, device=device, io_binding=True)
-    assert engine.provider == provider_of(device) and isinstance(engine.io, BoundIO)
+    engine = load_engine(ModelFolder.open(folder), placed(EngineOptions(ONNX_PORTABLE, "cuda")))
+    assert isinstance(engine, PortableOnnxEngine) and isinstance(engine.io, BoundIO)
+    assert engine.provider == provider_of(device)
     started = time.perf_counter()
     ids = translate_ids(engine, folder, beam, sentences)
     seconds = time.perf_counter() - started
@@ -120,17 +123,18 @@ def test_fp32_on_cuda_gives_the_ids_of_the_cpu_engine(
 @pytest.mark.parametrize("beam", BEAMS)
 @pytest.mark.parametrize("name", MODELS)
 def test_the_serving_engine_on_cuda_gives_the_ids_of_the_cpu_engines(
-    bundled: dict[str, Path], device: str, sentences: int, name: str, beam: int
+    bundled: dict[str, Path], device: str, placed: Placed, sentences: int, name: str, beam: int
 ) -> None:
     folder = bundled[name]
-    engine = ServingEngine.load(folder, device, graphs_for="cuda")
+    engine = load_engine(ModelFolder.open(folder), placed(EngineOptions(ONNX, "cuda")))
+    assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
     assert engine.provider == provider_of(device)
     started = time.perf_counter()
     ids = translate_ids(engine, folder, beam, sentences)
     seconds = time.perf_counter() - started
     references = {
         "contract graphs": cpu_fp32_ids(folder, beam, sentences),
-        "cpu serving graphs": translate_ids(ServingEngine.load(folder), folder, beam, sentences),
+        "cpu serving graphs": translate_ids(ServingEngine.load(folder, Placement()), folder, beam, sentences),
     }
     differing = {
         reference: [i for i, (a, b) in enumerate(zip(ids, theirs, strict=True)) if a != b]
@@ -151,18 +155,26 @@ def test_the_serving_engine_on_cuda_gives_the_ids_of_the_cpu_engines(
 
 @pytest.mark.parametrize("variant", ["fp32", "fp16"])
 def test_the_serving_engine_passes_its_self_check_on_the_device(
-    bundled: dict[str, Path], device: str, variant: str
+    bundled: dict[str, Path], device: str, placed: Placed, variant: str
 ) -> None:
     """What `--engine onnx` loads on the device is the serving engine, checked against the CPU serving graphs at load
     (not the exported graphs it falls back to when the check fails)."""
-    folder = ModelFolder.open(bundled["en-de"])
-    engine = serving_checked(folder, device, variant, 1)
+    where = placed(EngineOptions(ONNX, "cuda", variant))
+    assert where.checked and where.for_gpu and where.lanes == 1
+    engine = load_engine(ModelFolder.open(bundled["en-de"]), where)
     record(test="self-check", device=device, variant=variant, engine=type(engine).__name__)
     assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
     assert engine.provider == provider_of(device)
-    if device == "cuda":
-        loaded = load_engine(folder, EngineOptions(ONNX, device, variant))
-        assert isinstance(loaded, ServingEngine) and isinstance(loaded.buffers, DeviceBuffers)
+
+
+def test_a_serving_engine_that_fails_its_check_never_serves(
+    bundled: dict[str, Path], placed: Placed, broken_gpu_graphs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The device's serving graphs built with a wrong weight: the check at load refuses them, and the exported graphs
+    serve instead, saying why in one line."""
+    engine = load_engine(ModelFolder.open(bundled["en-de"]), placed(EngineOptions(ONNX, "cuda")))
+    assert isinstance(engine, PortableOnnxEngine)
+    assert "differ from the CPU serving graphs' by up to" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +200,7 @@ def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
     bundled: dict[str, Path],
     request: pytest.FixtureRequest,
     device: str,
+    placed: Placed,
     sentences: int,
     name: str,
     beam: int,
@@ -197,10 +210,11 @@ def test_fp16_on_cuda_scores_within_0_2_bleu_of_cpu_fp32(
     graphs' lines also at least 99 % those of CPU fp32."""
     if graphs == "serving":
         folder = bundled[name]
-        engine: Any = ServingEngine.load(folder, device, "fp16", graphs_for="cuda")
+        engine: Any = load_engine(ModelFolder.open(folder), placed(EngineOptions(ONNX, "cuda", "fp16")))
+        assert isinstance(engine, ServingEngine)
     else:
         folder = request.getfixturevalue("fp16_folders")[name]
-        engine = PortableOnnxEngine.load(folder, device=device, variant="fp16")
+        engine = load_engine(ModelFolder.open(folder), placed(EngineOptions(ONNX_PORTABLE, "cuda", "fp16")))
     assert engine.provider == provider_of(device)
     started = time.perf_counter()
     ids = translate_ids(engine, folder, beam, sentences)
@@ -230,7 +244,7 @@ def page(device: str, tmp_path_factory: pytest.TempPathFactory, serve_page: Any)
     pytest.importorskip("gradio_client")
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with serve_page(["--device", device], log, STARTUP_TIMEOUT_S) as served:
-        assert f"on {provider_of(device)} (onnx-serving engine)" in log.read_text()  # the serving engine
+        assert f"on {provider_of(device)} (onnx engine)" in log.read_text()  # the serving engine
         yield served.url
 
 

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from aiayn.core.folder import ModelFolder
+from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.onnx.serving.attention_view import AttentionView
+from aiayn.engines.placement import Placement
 
 
 @pytest.mark.parametrize("fixture", ["tiny_folder", "marian_like_folder", "marian_gelu_folder"])
@@ -24,7 +26,7 @@ def test_the_view_is_the_contract_decoders_cross_attention(fixture: str, request
     out_ids = rng.choice(words, (2, 7))
     out_ids[:, 0] = tokens.bos
     view = AttentionView.build(folder).cross_attention(src_ids, out_ids)
-    contract = PortableOnnxEngine.load(folder, device="cpu", threads=1).cross_attention(src_ids, out_ids)
+    contract = PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)).cross_attention(src_ids, out_ids)
     assert view.shape == (2, folder.config.n_heads, 7, 9)
     np.testing.assert_allclose(view, contract, atol=1e-5)
     assert not view[1, :, :, 6:].any()

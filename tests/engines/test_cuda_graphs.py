@@ -20,22 +20,21 @@ from safetensors.numpy import load_file
 from aiayn.core import contract
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines import ONNX, ONNX_SERVING
-from aiayn.engines.load import load_engine, serving_checked, translator_for
+from aiayn.engines import ONNX, ONNX_PORTABLE, WEIGHTS
+from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
-from aiayn.engines.onnx.serving import engine as serving_engine
 from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID, DeviceBuffers
 from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.onnx.serving.graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving.host_buffers import HostBuffers
-from aiayn.engines.onnx.serving.spec import HOST_READ, SCATTERED, SERVING_OPS
+from aiayn.engines.onnx.serving.spec import HOST_READ, SCATTERED
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement, place
 from aiayn.evaluation.metrics import score
 from aiayn.search.translator import SearchSettings
 
 FP16_BLEU_MARGIN = 0.2
-WRONG = "decoder_layers.0.self_attn.w_v.weight"  # a weight the self-check must notice
 
 
 @pytest.mark.parametrize("name", ["en-de", "de-en"])
@@ -45,8 +44,8 @@ def test_all_test_sentences_translate_as_with_the_contract_graphs(
     """All 1000 of test_2016_flickr, greedy and beam 4, in the batches the translator makes: the same ids."""
     folder = ModelFolder.open(bundled[name])
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    portable = translator_for(folder, PortableOnnxEngine.load(folder, "cpu", threads=1))
-    cuda_graphs = translator_for(folder, ServingEngine.load(folder, graphs_for="cuda"))
+    portable = translator_for(folder, PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)))
+    cuda_graphs = translator_for(folder, ServingEngine.load(folder, Placement(for_gpu=True)))
     assert cuda_graphs.engine.ops.self_attention == SCATTERED  # type: ignore[attr-defined]
     src_ids = [portable.source_ids(s) for s in corpus.src]
     for beam in (1, 4):
@@ -62,47 +61,39 @@ def test_fp16_graphs_score_within_0_2_bleu(bundled: dict[str, Path], multi30k_di
     settings = SearchSettings.of(folder, beam_size=1)
     bleu = {}
     for variant in ("fp32", "fp16"):
-        translator = translator_for(folder, ServingEngine.load(folder, variant=variant, graphs_for="cuda"))
+        translator = translator_for(folder, ServingEngine.load(folder, Placement(variant=variant, for_gpu=True)))
         bleu[variant] = score(translator.translate(corpus.src, settings), corpus.tgt).bleu
     assert abs(bleu["fp16"] - bleu["fp32"]) <= FP16_BLEU_MARGIN, bleu
 
 
 def test_each_device_gets_its_serving_engine(bundled: dict[str, Path]) -> None:
     """onnx is the serving engine on both devices; a variant with no serving graphs on a device runs the exported
-    graphs with `onnx`, and is refused with `onnx-serving`, saying what to use."""
+    graphs there, and one built for the other device only is refused, saying what to use."""
     folder = ModelFolder.open(bundled["en-de"])
     for variant in ("fp32", "w8"):
         engine = load_engine(folder, EngineOptions(ONNX, "cpu", variant, lanes=1))
         assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, HostBuffers)
-    with pytest.raises(ValueError, match="runs fp32, w8, w4, int8 on a CPU and fp32, fp16 on a GPU.*onnx-portable"):
-        load_engine(folder, EngineOptions(ONNX_SERVING, "cpu", "fp16", lanes=1))
+    assert place(EngineOptions(ONNX, "cpu", "fp16")).engine == ONNX_PORTABLE
     with pytest.raises(ValueError, match="--variant w8 is built .* on a CPU"):
         load_engine(folder, EngineOptions(ONNX, "cuda", "w8", lanes=1))
     reason = gpu_unavailable(1)
     if not reason:
         pytest.skip("ONNX Runtime runs on a GPU here: tests/cuda covers it")
-    with pytest.raises(ValueError, match="--device cuda: ONNX Runtime cannot run .* on a GPU here"):
-        load_engine(folder, EngineOptions(ONNX_SERVING, "cuda", "fp16", lanes=1))
+    with pytest.raises(ValueError, match="--device cuda: ONNX Runtime cannot run on a GPU here"):
+        load_engine(folder, EngineOptions(ONNX, "cuda", "fp16", lanes=1))
 
 
 def test_the_serving_engine_checks_itself_and_a_broken_one_never_serves(
-    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    bundled: dict[str, Path], request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The check at load: the true graphs pass it and serve; graphs built from a wrong weight fail it, and the
     exported graphs serve instead, with one line saying why."""
     folder = ModelFolder.open(bundled["en-de"])
     for variant in ("fp32", "fp16"):
-        engine = serving_checked(folder, "cpu", variant, 1)
+        engine = load_engine(folder, Placement(variant=variant, for_gpu=True))
         assert isinstance(engine, ServingEngine) and isinstance(engine.buffers, DeviceBuffers)
-    build = serving_engine.build_serving_graphs
-
-    def broken(config: Any, weights: dict[str, np.ndarray], *args: Any) -> Any:
-        ops = args[-1]  # the CUDA graphs get a wrong weight; the CPU's, the reference, stay true
-        wrong = dict(weights, **{WRONG: weights[WRONG] * 1.5}) if ops.device == "cuda" else weights
-        return build(config, wrong, *args)
-
-    monkeypatch.setattr(serving_engine, "build_serving_graphs", broken)
-    engine = serving_checked(folder, "cpu", "fp32", 1)
+    request.getfixturevalue("broken_gpu_graphs")
+    engine = load_engine(folder, Placement(for_gpu=True))
     assert isinstance(engine, PortableOnnxEngine)
     message = capsys.readouterr().err.strip().splitlines()
     assert len(message) == 1 and "differ from the CPU serving graphs' by up to" in message[0], message
@@ -122,7 +113,7 @@ def test_the_cuda_step_copies_nothing_between_host_and_device(bundled: dict[str,
     folder = ModelFolder.open(bundled["en-de"])
     weights = load_file(str(folder.weights_file))
     with graphs_directory() as directory:
-        ops = SERVING_OPS["cuda", variant]
+        ops = WEIGHTS[variant].serving["cuda"]
         _, decoder_path = build_serving_graphs(folder.config, weights, directory, ops=ops)
         graph = onnx.load(str(decoder_path), load_external_data=False).graph
     initializers = {t.name for t in graph.initializer}
@@ -142,7 +133,7 @@ def test_a_file_runs_on_a_few_captured_graphs(bundled: dict[str, Path], multi30k
     reordering, per cache buffer) captured once and replayed (the rules of tests/conftest.py checked every replay)."""
     folder = ModelFolder.open(bundled["en-de"])
     corpus = load_parallel("test_2016_flickr", "en", "de", multi30k_dir).head(200)
-    engine = ServingEngine.load(folder, graphs_for="cuda")
+    engine = ServingEngine.load(folder, Placement(for_gpu=True))
     translator = translator_for(folder, engine)
     buffers = engine.buffers
     assert isinstance(buffers, DeviceBuffers)
@@ -157,7 +148,7 @@ def test_a_replay_over_changed_bindings_is_caught(bundled: dict[str, Path]) -> N
     """The dry run's capture rules are live: a host-read value written after its graph was captured (a GPU would
     replay the old one), or a graph replayed over another buffer, fails."""
     folder = ModelFolder.open(bundled["en-de"])
-    engine = ServingEngine.load(folder, graphs_for="cuda")
+    engine = ServingEngine.load(folder, Placement(for_gpu=True))
     buffers = engine.buffers
     assert isinstance(buffers, DeviceBuffers)
     state = engine.start(np.array([[5, 6, 3]]))
@@ -184,8 +175,8 @@ def test_a_larger_batch_moves_the_workspace_and_its_graphs_are_captured_anew(
     (never replayed again), a smaller batch after it runs in the grown buffers, and the translations stay those of
     the CPU engine."""
     folder = ModelFolder.open(bundled["en-de"])
-    engine = ServingEngine.load(folder, graphs_for="cuda")
-    reference = translator_for(folder, ServingEngine.load(folder))
+    engine = ServingEngine.load(folder, Placement(for_gpu=True))
+    reference = translator_for(folder, ServingEngine.load(folder, Placement()))
     translator = translator_for(folder, engine)
     buffers = engine.buffers
     assert isinstance(buffers, DeviceBuffers)
@@ -207,7 +198,7 @@ def test_a_larger_batch_moves_the_workspace_and_its_graphs_are_captured_anew(
 
 
 def test_one_batch_at_a_time_on_the_device(bundled: dict[str, Path]) -> None:
-    engine = ServingEngine.load(ModelFolder.open(bundled["en-de"]), graphs_for="cuda")
+    engine = ServingEngine.load(ModelFolder.open(bundled["en-de"]), Placement(for_gpu=True))
     first = engine.start(np.array([[5, 6, 3]]))
     engine.start(np.array([[8, 3]]))
     with pytest.raises(ValueError, match="a newer batch was started on this engine"):
@@ -220,7 +211,7 @@ def test_a_capture_that_fails_on_the_device_leaves_ordinary_runs(
     """Where the device refuses to capture a step at run time, the engine says so in one line and runs that step
     ordinarily from then on, its translations unchanged."""
     folder = ModelFolder.open(bundled["en-de"])
-    engine = ServingEngine.load(folder, graphs_for="cuda")
+    engine = ServingEngine.load(folder, Placement(for_gpu=True))
     run = ort.InferenceSession.run_with_iobinding
 
     def refusing(session: ort.InferenceSession, binding: ort.IOBinding, options: Any = None) -> None:
@@ -231,7 +222,7 @@ def test_a_capture_that_fails_on_the_device_leaves_ordinary_runs(
     monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", refusing)
     sentences = ["A dog runs in the park.", "Two women sit on a bench."]
     settings = SearchSettings.of(folder, beam_size=4)
-    reference = translator_for(folder, ServingEngine.load(folder)).translate(sentences, settings)
+    reference = translator_for(folder, ServingEngine.load(folder, Placement())).translate(sentences, settings)
     assert translator_for(folder, engine).translate(sentences, settings) == reference
     assert engine.buffers.uncaptured.startswith("CUDA failure 900")  # type: ignore[attr-defined]
     lines = capsys.readouterr().err.strip().splitlines()

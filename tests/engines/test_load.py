@@ -10,20 +10,9 @@ import pytest
 
 from aiayn.core.contract import VARIANTS as EXPORTED_GRAPHS
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import (
-    ENGINES,
-    ONNX,
-    ONNX_PORTABLE,
-    ONNX_SERVING,
-    SERVING_VARIANTS,
-    TORCH,
-    VARIANTS,
-    WEIGHTS,
-    load,
-)
-from aiayn.engines.load import resolve
-from aiayn.engines.onnx.serving.spec import SERVING_OPS
+from aiayn.engines import ENGINES, ONNX, ONNX_PORTABLE, SERVING_VARIANTS, TORCH, VARIANTS, WEIGHTS, load
 from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import engine_for, place
 
 
 def test_the_installed_engine_is_torch_where_pytorch_is_else_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,47 +43,68 @@ def test_auto_without_a_gpu_opens_the_serving_engine_only(
 
     monkeypatch.setattr(PortableOnnxEngine, "load", refused)
     engine = load.load_engine(ModelFolder.open(bundled["en-de"]), EngineOptions(ONNX, "auto", lanes=1))
-    assert (engine.name, engine.provider) == (ONNX_SERVING, sessions.CPU)
+    assert (engine.name, engine.provider) == (ONNX, sessions.CPU)
 
 
 @pytest.mark.parametrize("name", ENGINES)
 def test_every_engine_says_its_name_and_provider(bundled: dict[str, Path], name: str) -> None:
     engine = load.load_engine(ModelFolder.open(bundled["de-en"]), EngineOptions(name, "cpu", lanes=1))
-    assert engine.name == {ONNX: ONNX_SERVING}.get(name, name)  # onnx: the fastest for the device, named as it is
+    assert engine.name == name
     assert engine.provider in ("CPUExecutionProvider", "PyTorch (CPU)")
     weights = engine.cross_attention(np.array([[5, 6, 3]]), np.array([[2, 7]]))
     assert weights.shape[0] == 1 and weights.shape[2:] == (2, 3)  # (batch, heads, out_len, src_len)
 
 
 def test_one_table_says_what_runs_each_variant_or_what_would() -> None:
-    """``resolve`` over the table of weights: the engine that runs, or one line naming what would."""
+    """The placement's choice over the table of weights: the engine that runs, or one line naming what would."""
     runs = {
-        (ONNX, "cpu", "fp32"): ONNX_SERVING,
-        (ONNX, "cuda", "fp32"): ONNX_SERVING,
-        (ONNX, "cpu", "w8"): ONNX_SERVING,
-        (ONNX, "cpu", "int8"): ONNX_SERVING,
+        (ONNX, "cpu", "fp32"): ONNX,
+        (ONNX, "cuda", "fp32"): ONNX,
+        (ONNX, "cpu", "w8"): ONNX,
+        (ONNX, "cpu", "int8"): ONNX,
         (ONNX, "cuda", "int8"): ONNX_PORTABLE,  # the exported int8 graphs
         (ONNX, "cpu", "fp16"): ONNX_PORTABLE,  # the exported fp16 graphs
-        (ONNX, "cuda", "fp16"): ONNX_SERVING,
+        (ONNX, "cuda", "fp16"): ONNX,
         (ONNX_PORTABLE, "cuda", "fp32"): ONNX_PORTABLE,
         (TORCH, "cpu", "fp32"): TORCH,
     }
     for (engine, device, variant), expected in runs.items():
-        assert resolve(engine, device, variant) == expected, (engine, device, variant)
+        assert engine_for(engine, device, variant) == expected, (engine, device, variant)
     refused = {
         (ONNX, "cuda", "w4"): "--variant w4 is built from the weights for the onnx engine on a CPU; use --engine onnx",
         (ONNX_PORTABLE, "cpu", "w8"): "--variant w8 is built from the weights",
-        (ONNX_SERVING, "cpu", "fp16"): "runs fp32, w8, w4, int8 on a CPU and fp32, fp16 on a GPU; use --engine onnx-p",
-        (ONNX_SERVING, "cuda", "w8"): "on a GPU; use --device cpu",
         (TORCH, "cpu", "int8"): "the torch engine runs fp32 only; use --engine onnx for --variant int8",
     }
     for (engine, device, variant), message in refused.items():
         with pytest.raises(ValueError) as refusal:
-            resolve(engine, device, variant)
+            engine_for(engine, device, variant)
         assert message in str(refusal.value) and "\n" not in str(refusal.value)
     assert set(WEIGHTS) == set(VARIANTS) and SERVING_VARIANTS["cuda"] == ("fp32", "fp16")
     assert {v for v, weights in WEIGHTS.items() if weights.exported} == set(EXPORTED_GRAPHS)  # the contract's files
-    assert {v for v, weights in WEIGHTS.items() if "cuda" in weights.serving} == {v for _, v in SERVING_OPS}
+
+
+def test_the_placement_says_where_and_how_each_engine_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One decision, from the options: the device (auto: a GPU only where the runtime really runs on one; w8 never
+    probes), the GPU's own graphs and its one lane, the CPU's lanes of threads."""
+    from aiayn.engines import placement
+
+    probes: list[str] = []
+
+    def gpu(problem: str) -> None:
+        monkeypatch.setattr(placement, "gpu_unavailable", lambda threads: probes.append("onnx") or problem)
+
+    gpu("no GPU here")
+    on_cpu = place(EngineOptions(ONNX, "auto", "fp32", lanes=2, threads=2))
+    assert (on_cpu.device, on_cpu.for_gpu, on_cpu.lanes, on_cpu.threads, on_cpu.checked) == ("cpu", False, 2, 2, False)
+    assert place(EngineOptions(ONNX, "auto", "w8")).device == "cpu" and probes == ["onnx"]  # w8: no probe
+    with pytest.raises(ValueError, match="--device cuda: ONNX Runtime cannot run on a GPU here \\(no GPU here\\)"):
+        place(EngineOptions(ONNX, "cuda"))
+    gpu("")
+    on_gpu = place(EngineOptions(ONNX, "auto", "fp16", lanes=2))
+    assert (on_gpu.engine, on_gpu.device, on_gpu.for_gpu, on_gpu.lanes, on_gpu.checked) == (ONNX, "cuda", True, 1, True)
+    assert on_gpu.serving_ops.dtype == "float16" and on_gpu.rehearsal().device == "cpu"
+    portable = place(EngineOptions(ONNX, "cuda", "int8"))
+    assert (portable.engine, portable.for_gpu, portable.checked) == (ONNX_PORTABLE, True, False)  # bound on the device
 
 
 def test_one_options_object_checks_its_settings_in_one_line() -> None:

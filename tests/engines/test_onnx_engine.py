@@ -14,12 +14,17 @@ import pytest
 from onnx import TensorProto, helper
 
 from aiayn.core.contract import IR_VERSION, OPSET
+from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
+from aiayn.engines import ONNX_PORTABLE
+from aiayn.engines.load import load_engine
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.onnx.portable.state_io import BoundIO, HostIO
 from aiayn.engines.onnx.portable.top_k import with_top_k_head
-from aiayn.engines.onnx.sessions import CUDA, DeviceUnavailable, inference_session, session_options
+from aiayn.engines.onnx.sessions import CUDA, DeviceUnavailable, gpu_unavailable, inference_session, session_options
 from aiayn.engines.onnx.tiny_graphs import gather_model
+from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.model.weights import load_model
 from aiayn.search.step import FullDistributionStep, top_columns
@@ -52,16 +57,16 @@ def test_missing_files_are_named_with_the_fix(tiny_folder: Path, tmp_path: Path)
     (folder / "encoder.onnx").unlink()
     (folder / "tokenizer.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"lacks tokenizer\.json, encoder\.onnx; re-export .*aiayn export"):
-        PortableOnnxEngine.load(folder, device="cpu")
+        PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE))
     with pytest.raises(FileNotFoundError, match=r"encoder\.int8\.onnx.*--variant int8"):
-        PortableOnnxEngine.load(tiny_folder.parent / "nowhere", device="cpu", variant="int8")
+        PortableOnnxEngine.load(tiny_folder.parent / "nowhere", Placement(ONNX_PORTABLE, variant="int8"))
 
 
 def test_a_corrupt_graph_is_refused_in_one_line(tiny_folder: Path, tmp_path: Path) -> None:
     folder = copy_folder(tiny_folder, tmp_path)
     (folder / "decoder.onnx").write_bytes(b"not a protobuf")
     with pytest.raises(ValueError, match=r"ONNX Runtime cannot load .*decoder\.onnx: .*; re-export") as err:
-        PortableOnnxEngine.load(folder, device="cpu")
+        PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE))
     assert "\n" not in str(err.value)
 
 
@@ -72,7 +77,7 @@ def test_weights_that_do_not_match_the_export_are_refused(tiny_folder: Path, tmp
     with pytest.raises(
         ValueError, match=r"encoder\.onnx was exported from other weights .*hash mismatch.*aiayn export"
     ):
-        PortableOnnxEngine.load(folder, device="cpu")
+        PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE))
 
 
 def test_a_wrong_input_dtype_is_refused(tiny_folder: Path, tmp_path: Path) -> None:
@@ -85,24 +90,28 @@ def test_a_wrong_input_dtype_is_refused(tiny_folder: Path, tmp_path: Path) -> No
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
     onnx.save(model, str(folder / "encoder.onnx"))
     with pytest.raises(ValueError, match=r"input src_ids is tensor\(int32\), the contract says tensor\(int64\)"):
-        PortableOnnxEngine.load(folder, device="cpu")
+        PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE))
 
 
 def test_unknown_device_and_unusable_cuda_give_clear_errors(tiny_folder: Path) -> None:
     with pytest.raises(ValueError, match="unknown device 'gpu'"):
-        PortableOnnxEngine.load(tiny_folder, device="gpu")
+        EngineOptions(ONNX_PORTABLE, "gpu")
     try:
-        engine = PortableOnnxEngine.load(tiny_folder, device="cuda")
-    except DeviceUnavailable as err:
-        assert "--device cuda" in str(err) and "--device cpu" in str(err)
+        engine = load_engine(ModelFolder.open(tiny_folder), EngineOptions(ONNX_PORTABLE, "cuda"))
+    except ValueError as err:
+        assert "--device cuda" in str(err) and "--device cpu" in str(err) and "\n" not in str(err)
     else:
-        assert engine.provider == CUDA and isinstance(engine.io, BoundIO)
+        assert isinstance(engine, PortableOnnxEngine) and engine.provider == CUDA and isinstance(engine.io, BoundIO)
+    if gpu_unavailable(1):  # a placement made without the probe: the session itself refuses, naming the file
+        with pytest.raises(DeviceUnavailable, match="--device cuda: ONNX Runtime cannot run encoder.onnx on a GPU"):
+            PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE, device="cuda"))
 
 
 def test_auto_device_states_the_provider_and_shows_no_onnx_runtime_log(tiny_folder: Path) -> None:
     code = (
-        "from aiayn.engines.onnx.portable.engine import PortableOnnxEngine; "
-        f"print(PortableOnnxEngine.load({str(tiny_folder)!r}, device='auto').provider)"
+        "from aiayn.core.folder import ModelFolder; from aiayn.engines.load import load_engine; "
+        "from aiayn.engines.options import EngineOptions; "
+        f"print(load_engine(ModelFolder.open({str(tiny_folder)!r}), EngineOptions('onnx-portable', 'auto')).provider)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() in {"CPUExecutionProvider", CUDA}
@@ -173,7 +182,7 @@ class NumpyTop(FullDistributionStep[object]):
 
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_step_top_equals_the_k_best_of_the_full_distribution(tiny_folder: Path, io_binding: bool) -> None:
-    engine = PortableOnnxEngine.load(tiny_folder, device="cpu", io_binding=io_binding)
+    engine = PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE, for_gpu=io_binding))
     src = np.array([[5, 6, 7, 3], [8, 3, 0, 0]])
     tgt = np.array([[2, 9, 10], [2, 11, 12]])
     for k in (1, 4, 8, 500):  # 500 is more than the vocabulary (120): all of it, best first
@@ -189,7 +198,7 @@ def host(value: object) -> np.ndarray:
 
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_select_copies_the_source_side_only_when_rows_change_sentence(tiny_folder: Path, io_binding: bool) -> None:
-    engine = PortableOnnxEngine.load(tiny_folder, device="cpu", io_binding=io_binding)
+    engine = PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE, for_gpu=io_binding))
     state = engine.select(engine.start(np.array([[5, 6, 7, 3], [8, 3, 0, 0]])), np.array([0, 0, 1, 1]))
     _, state = engine.step(state, np.array([[2], [2], [2], [2]]))
     within = engine.select(state, np.array([1, 0, 3, 3]))  # beams reordered inside their sentences
@@ -203,8 +212,8 @@ def test_select_copies_the_source_side_only_when_rows_change_sentence(tiny_folde
 
 def test_io_binding_path_equals_the_host_path(tiny_folder: Path) -> None:
     """The GPU code path (state as OrtValues, Gather on the device) run with CPU OrtValues."""
-    host = PortableOnnxEngine.load(tiny_folder, device="cpu")
-    bound = PortableOnnxEngine.load(tiny_folder, device="cpu", io_binding=True)
+    host = PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE))
+    bound = PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE, for_gpu=True))
     assert isinstance(bound.io, BoundIO) and isinstance(host.io, HostIO)
     tokenizer = SubwordTokenizer.load(tiny_folder / "tokenizer.json")
     sentences = ["the red cat sleeps.", "a small dog runs after two blue birds!", "das rote Haus"] * 3
@@ -222,7 +231,7 @@ def test_onnx_translations_equal_pytorch_exactly(bundled: dict[str, Path], name:
     """Real sentences through the one NumPy search: greedy and beam 4 give token-identical outputs."""
     folder = bundled[name]
     tokenizer = SubwordTokenizer.load(folder / "tokenizer.json")
-    onnx_translator = Translator(PortableOnnxEngine.load(folder, device="cpu"), tokenizer, 1024)
+    onnx_translator = Translator(PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)), tokenizer, 1024)
     torch_translator = Translator(TorchEngine(load_model(folder)), tokenizer, 1024)
     src_ids = [onnx_translator.source_ids(s) for s in REAL_SENTENCES[name]]
     for beam in (1, 4):

@@ -25,14 +25,16 @@ from aiayn.core.folder import MODEL_SECTION, ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH
 from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.onnx.external_data import ExternalData
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.onnx.serving.engine import ServingEngine
-from aiayn.engines.onnx.serving.graph_builder import ExternalWeights, GraphBuilder
+from aiayn.engines.onnx.serving.graph_builder import GraphBuilder
 from aiayn.engines.onnx.serving.graphs import two_stage_top_k
 from aiayn.engines.onnx.serving.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving.spec import CPU_OPS, serving_decoder_spec, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, graph_problems, open_session
 from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement
 from aiayn.export.parity import count_identical, max_log_prob_diff
 from aiayn.search.translator import SearchSettings
 
@@ -49,8 +51,10 @@ def model_dir(bundled: dict[str, Path]) -> Path:
 @pytest.fixture(scope="module", params=["cpu graphs", "cuda graphs on the cpu provider"])
 def engines(model_dir: Path, request: pytest.FixtureRequest) -> Engines:
     if request.param == "cpu graphs":
-        return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingEngine.load(model_dir)
-    return PortableOnnxEngine.load(model_dir, "cpu", threads=1), ServingEngine.load(model_dir, graphs_for="cuda")
+        return PortableOnnxEngine.load(model_dir, Placement(ONNX_PORTABLE)), ServingEngine.load(model_dir, Placement())
+    return PortableOnnxEngine.load(model_dir, Placement(ONNX_PORTABLE)), ServingEngine.load(
+        model_dir, Placement(for_gpu=True)
+    )
 
 
 def random_sources(rng: np.random.Generator, batch: int, vocab: int = 10000) -> np.ndarray:
@@ -156,16 +160,16 @@ def test_the_graphs_leave_no_files_and_a_full_disk_says_how_to_make_room(
     """The serving graphs are written to a temporary directory only while the sessions are built."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    ServingEngine.load(model_dir)
+    ServingEngine.load(model_dir, Placement())
     assert list(tmp_path.iterdir()) == []
 
-    def no_space(self: ExternalWeights, name: str, value: np.ndarray) -> onnx.TensorProto:
+    def no_space(self: ExternalData, name: str, value: np.ndarray) -> onnx.TensorProto:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ExternalWeights, "reference", no_space)
+    monkeypatch.setattr(ExternalData, "reference", no_space)
     message = f"cannot write the serving graphs to {tmp_path} .No space left on device.*TMPDIR"
     with pytest.raises(ValueError, match=message):
-        ServingEngine.load(model_dir)
+        ServingEngine.load(model_dir, Placement())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -174,8 +178,8 @@ def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
     agreement with fp32 on real sentences."""
     folder = ModelFolder.open(model_dir)
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    fp32 = translator_for(folder, ServingEngine.load(folder))
-    int8 = translator_for(folder, ServingEngine.load(folder, variant="int8"))
+    fp32 = translator_for(folder, ServingEngine.load(folder, Placement()))
+    int8 = translator_for(folder, ServingEngine.load(folder, Placement(variant="int8")))
     src_ids = [fp32.source_ids(s) for s in corpus.src[:40]]
     settings = SearchSettings(beam_size=1)
     quantized, exact = int8.translate_ids(src_ids, settings), fp32.translate_ids(src_ids, settings)
@@ -184,7 +188,7 @@ def test_int8_serving_graphs(model_dir: Path, multi30k_dir: Path) -> None:
 
 def test_two_stage_top_k_is_exact(tmp_path: Path) -> None:
     """Same values and ids as a stable descending sort, ties included, for any k."""
-    g = GraphBuilder({}, ExternalWeights(tmp_path / "unused.bin"))  # its constants are all small: inline
+    g = GraphBuilder({}, ExternalData(tmp_path / "unused.bin"))  # its constants are all small: inline
     two_stage_top_k(g, "x", "k", 100, 10000, ["v", "i"])
     g.external.close()
     graph = onnx.helper.make_graph(
@@ -248,8 +252,8 @@ def test_real_sentences_translate_identically(bundled: dict[str, Path], multi30k
     """The first 200 test sentences, greedy and beam 4, in the batches the translator makes."""
     folder = ModelFolder.open(bundled[name])
     corpus = load_parallel("test_2016_flickr", folder.config.src_lang, folder.config.tgt_lang, multi30k_dir)
-    portable = translator_for(folder, PortableOnnxEngine.load(folder, "cpu"))
-    fused = translator_for(folder, ServingEngine.load(folder))
+    portable = translator_for(folder, PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)))
+    fused = translator_for(folder, ServingEngine.load(folder, Placement()))
     src_ids = [portable.source_ids(s) for s in corpus.src[:200]]
     for beam in (1, 4):
         settings = SearchSettings(beam_size=beam)
@@ -280,7 +284,7 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
         fused: Any = load_engine(folder, EngineOptions(ONNX, "cpu", lanes=1))
         assert isinstance(fused.buffers, HostBuffers)
     else:
-        fused = ServingEngine.load(folder, graphs_for="cuda")
+        fused = ServingEngine.load(folder, Placement(for_gpu=True))
     portable = load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", lanes=1))
     torch_engine = load_engine(folder, EngineOptions(TORCH))
     src_ids = imported_sources(folder.config)
@@ -296,7 +300,7 @@ def test_imported_choices_against_the_contract_graphs_and_torch(imported_like: M
 def test_imported_choices_in_int8(imported_like: ModelFolder) -> None:
     """The int8 serving graphs build with every choice (the activations, the logits bias) and translate."""
     folder = imported_like
-    int8 = translator_for(folder, ServingEngine.load(folder, variant="int8"))
+    int8 = translator_for(folder, ServingEngine.load(folder, Placement(variant="int8")))
     outputs = int8.translate_ids(imported_sources(folder.config, 4), SearchSettings(beam_size=4))
     assert len(outputs) == 4 and not any(folder.config.special_tokens.pad in ids for ids in outputs)
 
@@ -306,7 +310,7 @@ def test_fp16_graphs_pad_the_output_projection_and_keep_the_log_probabilities(im
     log-softmax in fp32) against the fp32 ones, on the CPU provider, on a vocabulary that is no multiple of 8."""
     folder = imported_like
     assert folder.config.vocab_size % 8
-    fp16 = ServingEngine.load(folder, variant="fp16", graphs_for="cuda")
-    fp32 = ServingEngine.load(folder, graphs_for="cuda")
+    fp16 = ServingEngine.load(folder, Placement(variant="fp16", for_gpu=True))
+    fp32 = ServingEngine.load(folder, Placement(for_gpu=True))
     diff = max_log_prob_diff(fp32, fp16, imported_sources(folder.config, 20))
     assert 0 < diff.max_abs_diff <= FP16_TOLERANCE  # not zero: the graphs do run in fp16

@@ -14,8 +14,10 @@ import pytest
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
+from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.options import EngineOptions
+from aiayn.engines.placement import Placement
 from aiayn.evaluation.evaluate import tune_length_penalty
 from aiayn.evaluation.metrics import score
 from aiayn.search.step import FullDistributionStep
@@ -37,7 +39,7 @@ def test_a_folder_without_a_tuned_value_uses_the_papers(folder: Path) -> None:
 
 def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path) -> None:
     translator = Translator(
-        PortableOnnxEngine.load(folder, device="cpu"), SubwordTokenizer.load(folder / "tokenizer.json"), 64
+        PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)), SubwordTokenizer.load(folder / "tokenizer.json"), 64
     )
     before = json.loads((folder / "config.json").read_text())
     val = ParallelCorpus(SENTENCES, SENTENCES, "en", "de", "val")

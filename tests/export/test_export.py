@@ -31,7 +31,9 @@ from aiayn.core.contract import (
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import load_parallel
+from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
+from aiayn.engines.placement import Placement
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.metrics import score
 from aiayn.export import checks
@@ -57,7 +59,7 @@ def folder(tiny_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engines(folder: Path) -> tuple[TorchEngine, PortableOnnxEngine]:
-    return TorchEngine(load_model(folder)), PortableOnnxEngine.load(folder, device="cpu")
+    return TorchEngine(load_model(folder)), PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE))
 
 
 def load_config(folder: Path) -> ModelConfig:
@@ -148,7 +150,9 @@ def test_the_parity_check_passes_on_a_true_export_and_fails_on_a_wrong_one(
     assert report.max_abs_diff <= 1e-4 and report.sentences == 12
     assert [b for b, _ in report.batch_shapes] == [1, 7, 4]
     with pytest.raises(ParityError, match="disagree: max .log-prob difference"):
-        check_logits(torch_engine, PortableOnnxEngine.load(folder, device="cpu", variant="int8"), src_ids[:2])
+        check_logits(
+            torch_engine, PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE, variant="int8")), src_ids[:2]
+        )
 
 
 def test_greedy_and_beam_translations_are_token_identical(
@@ -168,16 +172,16 @@ def test_stale_or_incomplete_exports_are_refused(folder: Path, tmp_path: Path) -
     weights = copy / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(ValueError, match=r"other weights.*re-export the folder with `aiayn export"):
-        PortableOnnxEngine.load(copy, device="cpu", variant="int8")
+        PortableOnnxEngine.load(copy, Placement(ONNX_PORTABLE, variant="int8"))
     shutil.copy(folder / "model.safetensors", weights)
     config = json.loads((copy / "config.json").read_text())
     config["model"]["layer_norm_eps"] = 1e-5
     (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"another config.json.*re-export"):
-        PortableOnnxEngine.load(copy, device="cpu")
+        PortableOnnxEngine.load(copy, Placement(ONNX_PORTABLE))
     (copy / DECODER_FILE).unlink()
     with pytest.raises(FileNotFoundError, match="decoder.onnx"):
-        PortableOnnxEngine.load(copy, device="cpu")
+        PortableOnnxEngine.load(copy, Placement(ONNX_PORTABLE))
 
 
 def test_only_the_folders_own_weights_are_exported(folder: Path, tmp_path: Path) -> None:
@@ -193,7 +197,7 @@ def test_only_the_folders_own_weights_are_exported(folder: Path, tmp_path: Path)
 
 
 def test_int8_loads_translates_and_is_smaller(folder: Path) -> None:
-    engine = PortableOnnxEngine.load(folder, device="cpu", variant="int8")
+    engine = PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE, variant="int8"))
     translator = Translator(engine, SubwordTokenizer.load(folder / "tokenizer.json"), 64)
     outputs = translator.translate(SENTENCES, SearchSettings(beam_size=4, max_extra_len=5))
     assert len(outputs) == len(SENTENCES) and all(isinstance(o, str) for o in outputs)
@@ -202,7 +206,7 @@ def test_int8_loads_translates_and_is_smaller(folder: Path) -> None:
 
 
 def test_fp16_runs_close_to_fp32_with_positions_kept_in_fp32(folder: Path) -> None:
-    fp32, fp16 = (PortableOnnxEngine.load(folder, device="cpu", variant=v) for v in ("fp32", "fp16"))
+    fp32, fp16 = (PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE, variant=v)) for v in ("fp32", "fp16"))
     diff, _ = lockstep_max_diff(fp32, fp16, random_src(0, 3, 9, load_config(folder).vocab_size), max_steps=40)
     assert diff < 0.05
     graph = onnx.load(str(folder / variant_file(DECODER_FILE, "fp16"))).graph
@@ -277,7 +281,7 @@ def test_the_contract_doc_matches_the_code(bundled: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize("name", ["en-de", "de-en"])
 def test_bundled_exports_are_current_and_small(bundled: dict[str, Path], name: str) -> None:
-    engine = PortableOnnxEngine.load(bundled[name], device="cpu")  # refuses stale graphs itself
+    engine = PortableOnnxEngine.load(bundled[name], Placement(ONNX_PORTABLE))  # refuses stale graphs itself
     assert engine.provider == "CPUExecutionProvider"
     bundle = sum((bundled[name] / f).stat().st_size for f in ("model.safetensors", ENCODER_FILE, DECODER_FILE))
     assert bundle <= 15e6, f"{name}: model.safetensors + graphs are {bundle / 1e6:.1f} MB"
@@ -289,7 +293,10 @@ def real_sentences(multi30k_dir: Path, src: str, tgt: str, n: int) -> list[str]:
 
 def test_bundled_graphs_equal_pytorch_on_real_sentences(bundled: dict[str, Path], multi30k_dir: Path) -> None:
     folder = bundled["en-de"]
-    torch_engine, onnx_engine = TorchEngine(load_model(folder)), PortableOnnxEngine.load(folder, device="cpu")
+    torch_engine, onnx_engine = (
+        TorchEngine(load_model(folder)),
+        PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE)),
+    )
     translator = Translator(torch_engine, SubwordTokenizer.load(folder / "tokenizer.json"), 1024)
     src_ids = [translator.source_ids(s) for s in real_sentences(multi30k_dir, "en", "de", 8)]
     assert check_logits(torch_engine, onnx_engine, src_ids).max_abs_diff <= 1e-4
@@ -330,7 +337,9 @@ def test_int8_translates_real_sentences_as_fp32_does_within_a_few_characters(
     export_onnx(load_model(folder), folder, ("int8",))
     tokenizer = SubwordTokenizer.load(folder / "tokenizer.json")
     fp32, int8 = (
-        Translator(PortableOnnxEngine.load(folder, device="cpu", variant=variant), tokenizer, 1024).translate(GERMAN)
+        Translator(
+            PortableOnnxEngine.load(folder, Placement(ONNX_PORTABLE, variant=variant)), tokenizer, 1024
+        ).translate(GERMAN)
         for variant in ("fp32", "int8")
     )
     assert fp32[0] == "Two dogs play in the snow."  # fp32's sums differ between CPUs in the last bits only

@@ -27,10 +27,10 @@ from aiayn.bench.web import (
 from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.block_quant import VARIANTS
+from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE
 from aiayn.engines.options import EngineOptions
 from aiayn.export.npm import PACKAGES, matches
 from aiayn.export.web import ISOLATION_HEADERS, PREVIEW_FILE, export_web
-from aiayn.export.web_graphs import WEIGHTS_FILE
 from aiayn.serve.service import LoadedModel, TranslationService
 
 # The parts of a page's loading that page/aiayn.js times.
@@ -185,9 +185,9 @@ def test_batch_mates_change_nothing_in_a_quantized_folder(
 def test_the_weights_are_fetched_once_for_both_graphs(variant_pages: dict[str, tuple[Any, Path]]) -> None:
     page, folder = variant_pages["w8"]
     names = page.evaluate("performance.getEntriesByType('resource').map((entry) => entry.name)")
-    assert sum(name.endswith("/" + WEIGHTS_FILE) for name in names) == 1
+    assert sum(name.endswith("/" + EXTERNAL_DATA_FILE) for name in names) == 1
     fetched = {f.name for f in downloaded_files(page, folder)}
-    assert {"encoder.onnx", "decoder.onnx", WEIGHTS_FILE, "ort-wasm-simd-threaded.wasm"} <= fetched
+    assert {"encoder.onnx", "decoder.onnx", EXTERNAL_DATA_FILE, "ort-wasm-simd-threaded.wasm"} <= fetched
     assert "ort-wasm-simd-threaded.asyncify.wasm" not in fetched  # WebGPU's build: only where a page uses it
 
 
@@ -215,14 +215,14 @@ def test_the_folder_is_static_and_names_what_it_holds(pages: dict[str, Any], bro
     out = tmp_path / "site"
     lines = export_web(ModelFolder.open("en-de"), out)
     names = {p.name for p in out.iterdir()}
-    assert {"index.html", "aiayn.js", "encoder.onnx", "decoder.onnx", WEIGHTS_FILE, "tokenizer.json"} <= names
+    assert {"index.html", "aiayn.js", "encoder.onnx", "decoder.onnx", EXTERNAL_DATA_FILE, "tokenizer.json"} <= names
     assert {Path(f).name for package in PACKAGES for f in package.files} <= names
     readme = (out / "README.md").read_text()
     assert "sdk: static" in readme and f"`python {PREVIEW_FILE}`" in readme
     front = readme.split("---\n")[1]
     assert "custom_headers:\n" + "".join(f"  {name}: {value}\n" for name, value in ISOLATION_HEADERS.items()) in front
     web = json.loads((out / "config.json").read_text())["web"]
-    assert (web["variant"], web["weights"]) == ("fp32", WEIGHTS_FILE)
+    assert (web["variant"], web["weights"]) == ("fp32", EXTERNAL_DATA_FILE)
     assert lines[0].startswith(f"wrote {out}: ") and " MB " in lines[0]
     assert f"python {out / PREVIEW_FILE}" in lines[1]
     with served_folder(out, isolated=False) as url:

@@ -10,6 +10,7 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.serving.engine import ServingEngine
+from aiayn.engines.placement import Placement
 from aiayn.search.translator import SearchSettings, Translator, busiest_lane, length_batches, split_for_lanes
 
 
@@ -20,7 +21,7 @@ def test_two_lanes_over_one_session_give_one_lanes_outputs(
     folder = ModelFolder.open(bundled["en-de"])
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:120]
-    engine = ServingEngine.load(folder)  # one session: both lanes run it at once
+    engine = ServingEngine.load(folder, Placement())  # one session: both lanes run it at once
     one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 8, 4096, lanes) for lanes in (1, 2))
     ids = [one.source_ids(s) for s in sentences]
     settings = SearchSettings(beam)
@@ -71,7 +72,7 @@ def test_one_batch_cut_across_two_lanes_translates_as_one_lane(
     folder = ModelFolder.open(bundled["en-de"])
     with gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
         sentences = f.read().splitlines()[:128]
-    engine = ServingEngine.load(folder, lanes=2)
+    engine = ServingEngine.load(folder, Placement(lanes=2))
     one, two = (Translator(engine, folder.tokenizer, folder.config.max_len, 64, 4096, lanes) for lanes in (1, 2))
     ids = [one.source_ids(s) for s in sentences]
     for start in range(0, len(ids), 32):

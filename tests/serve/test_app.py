@@ -46,7 +46,7 @@ def server(
 ) -> Iterator[Any]:
     with serve_page(["--host", "127.0.0.1", "--device", "cpu"], tmp_path_factory.mktemp("serve") / "serve.log") as page:
         assert (
-            "serving en-de, de-en (fp32 weights) with ONNX Runtime on CPUExecutionProvider (onnx-serving engine)"
+            "serving en-de, de-en (fp32 weights) with ONNX Runtime on CPUExecutionProvider (onnx engine)"
             in (page.log.read_text())
         )
         yield page
@@ -293,4 +293,4 @@ def test_a_refused_request_clears_the_earlier_translation_timing_and_heatmap(pag
 def test_the_page_says_which_variant_it_runs(bundled: dict[str, Path]) -> None:
     app = build_app(TranslationService(EngineOptions(device="cpu", variant="w8")), ["en-de"])
     texts = [b.value for b in app.blocks.values() if isinstance(b, gr.Markdown)]
-    assert any("CPUExecutionProvider** (the onnx-serving engine), w8 weights" in (text or "") for text in texts)
+    assert any("CPUExecutionProvider** (the onnx engine), w8 weights" in (text or "") for text in texts)

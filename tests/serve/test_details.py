@@ -66,7 +66,7 @@ def test_the_report_has_every_line_in_order_with_the_notes_flags(
     lines = [json.loads(line) for line in report.read_text(encoding="utf-8").splitlines()]
     assert [line["line"] for line in lines] == [1, 2, 3, 4, 5, 6]
     assert [line["translation"] for line in lines] == target.read_text(encoding="utf-8").split("\n")[:-1]
-    assert {(line["engine"], line["variant"], line["beam"]) for line in lines} == {("onnx-serving", "fp32", 4)}
+    assert {(line["engine"], line["variant"], line["beam"]) for line in lines} == {("onnx", "fp32", 4)}
     unsure = [line["line"] for line in lines if line["unsure"]]
     assert unsure == [2] and f"line(s) {', '.join(map(str, unsure))}: the model is unsure" in err
     assert [line["left_out"] for line in lines][3] == ["🙂"] and "left out: 🙂" in err

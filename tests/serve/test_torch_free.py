@@ -79,7 +79,7 @@ def test_eval_takes_the_onnx_engine_where_torch_is_missing(
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "engine onnx-serving (fp32)" in result.stderr and "BLEU" in result.stdout
+    assert "engine onnx (fp32)" in result.stderr and "BLEU" in result.stdout
 
 
 def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:

@@ -6,8 +6,7 @@ scale (and, asymmetric, one zero point) and its values as ``bits``-bit codes, de
 (code - zero point) · scale. Codes are packed low bits first, two 4-bit codes to a byte; with no zero points
 ONNX Runtime takes 2^(bits-1), which is how the symmetric codes are stored (offset by it).
 
-``VARIANTS`` is the one table of the weight-only variants every caller reads (why these numbers:
-docs/speed.md, Session 9).
+Each weight-only variant's scheme is a row of the table of weights (``aiayn.engines.WEIGHTS``).
 """
 
 from __future__ import annotations
@@ -36,12 +35,6 @@ class BlockScheme:
             raise ValueError(f"block quantization takes 4 or 8 bits, not {self.bits}")
         if self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise ValueError(f"the block size must be a power of two ≥ 16, not {self.block_size}")
-
-
-VARIANTS: dict[str, BlockScheme] = {
-    "w8": BlockScheme(bits=8, block_size=128, symmetric=True, accuracy_level=4),
-    "w4": BlockScheme(bits=4, block_size=128, symmetric=True, accuracy_level=4),
-}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """ONNX Runtime sessions for a model folder's graphs: options, devices, and the checks before a run.
 
-Devices: ``auto`` is resolved once (``resolve_device``) to ``cuda`` where a session really runs on a GPU, else
-``cpu``, with ONNX Runtime's own load errors captured, not shown; a session is then opened on ``cpu``, or on
-``cuda`` or not at all (``DeviceUnavailable``). Every graph is checked against the
+Devices: whether ONNX Runtime really runs a session on a GPU here is probed (``gpu_unavailable``, for the placement,
+``aiayn.engines.placement``), with ONNX Runtime's own load errors captured, not shown; a session is then opened where
+the placement says: on the CPU, or on the GPU or not at all (``DeviceUnavailable``). Every graph is checked against the
 contract (names, dtypes, fixed sizes) and against the folder it sits in (the
 hashes of the config and weights it was exported from).
 """
@@ -16,14 +16,17 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
-from aiayn.engines import DEVICES
 from aiayn.engines.onnx.tiny_graphs import gather_model
+
+if TYPE_CHECKING:  # the placement imports this module's GPU probe
+    from aiayn.engines.placement import Placement
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -154,24 +157,17 @@ def gpu_unavailable(threads: int) -> str:
     return try_cuda(None, threads, gather_model([("float32", 1)]))[1]
 
 
-def resolve_device(device: str) -> str:
-    """Where ONNX Runtime runs: ``cpu`` or ``cuda`` as asked, and ``auto`` as ``cuda`` where a session really runs
-    on a GPU here, else ``cpu``."""
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    if device == "auto":
-        return "cpu" if gpu_unavailable(1) else "cuda"
-    return device
-
-
 def open_on_device(
-    path: Path | None, model: Path | bytes, device: str, threads: int, graphs: bool = False
+    path: Path | None, model: Path | bytes, placement: Placement, graphs: bool = False, profiled: bool = False
 ) -> ort.InferenceSession:
-    """A session of ``model`` (read from ``path``; None: aiayn built it) on ``device`` (a resolved one: cpu, or cuda
-    or a DeviceUnavailable error); with ``graphs``, one whose runs ONNX Runtime captures as CUDA graphs where it can
-    (where it cannot, an ordinary session, saying why in one line)."""
-    if device == "cpu":
-        return open_session(model, [CPU], threads, path=path)
+    """A session of ``model`` (read from ``path``; None: aiayn built it) where ``placement`` says, on its threads:
+    the CPU, or a GPU or a DeviceUnavailable error; with ``graphs``, one whose runs ONNX Runtime captures as CUDA
+    graphs where it can (where it cannot, an ordinary session, saying why in one line); ``profiled``, under the
+    placement's profiler where it has one."""
+    threads = placement.threads
+    if not placement.on_gpu:
+        prefix = placement.profile_prefix if profiled else ""
+        return open_session(model, [CPU], threads, path=path, profile_prefix=prefix)
     session, reason = try_cuda(path, threads, model, CUDA_GRAPHS if graphs else CUDA_OPTIONS)
     if session is None and graphs:
         print(f"{path.name if path else 'a graph aiayn built'}: no CUDA graphs ({reason})", file=sys.stderr)
@@ -179,7 +175,7 @@ def open_on_device(
     if session is None:
         name = path.name if path else "a graph aiayn built"
         raise DeviceUnavailable(
-            f"--device {device}: ONNX Runtime cannot run {name} on a GPU here ({reason}); "
+            f"--device cuda: ONNX Runtime cannot run {name} on a GPU here ({reason}); "
             "use --device cpu, or auto to take the GPU only where it works"
         )
     return session

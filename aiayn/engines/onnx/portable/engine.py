@@ -5,7 +5,7 @@ made from these very weights and this config (hashes in their metadata), and
 the names, dtypes and fixed sizes the contract declares (``aiayn.core.contract``).
 The decoder it runs is decoder.onnx plus the search's selection head
 (``top_k.py``), so only each row's k best next tokens leave ONNX Runtime.
-Where the state lives between steps is a component (``io.py``): NumPy arrays
+Where the state lives between steps is a component (``state_io.py``): NumPy arrays
 on the CPU, OrtValues bound on the device on a GPU.
 """
 
@@ -33,13 +33,12 @@ from aiayn.core.contract import (
     kv_names,
 )
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX_PORTABLE, default_cores
+from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.onnx.portable.state_io import BoundIO, HostIO
 from aiayn.engines.onnx.portable.top_k import with_top_k_head
-from aiayn.engines.onnx.sessions import CPU, REEXPORT, check_graph, check_stamp, open_on_device, resolve_device
+from aiayn.engines.onnx.sessions import REEXPORT, check_graph, check_stamp, open_on_device
+from aiayn.engines.placement import Placement
 from aiayn.engines.state import DecoderState
-
-VARIANT_FLAGS = {"fp32": "", "int8": " --variant int8", "fp16": " --variant fp16"}  # what `aiayn export` needs for each
 
 
 class PortableOnnxEngine:
@@ -59,46 +58,31 @@ class PortableOnnxEngine:
         self.top_names = [t.name for t in TOP_K_OUTPUTS]
 
     @classmethod
-    def load(
-        cls,
-        folder: ModelFolder | str | Path,
-        device: str = "auto",
-        variant: str = "fp32",
-        threads: int | None = None,
-        io_binding: bool | None = None,
-        lanes: int = 1,
-    ) -> PortableOnnxEngine:
-        """Open and check a model folder's graphs; ``variant`` picks the fp32, int8 or fp16 files.
-
-        ``threads`` is ONNX Runtime's intra-op thread count per graph (default: the cores, at most 4); ``lanes``
-        searches may run it at once on a CPU (a GPU takes one: its batches queue on one stream anyway).
-        ``io_binding`` keeps the state on the device (default: on a GPU only; True on CPU runs the same
-        code path with host OrtValues, which is how it is tested without a GPU).
-        """
-        device = resolve_device(device)
+    def load(cls, folder: ModelFolder | str | Path, placement: Placement) -> PortableOnnxEngine:
+        """Open and check a model folder's graphs of the placement's variant (the fp32, int8 or fp16 files), where it
+        says, on its threads, for its lanes; a GPU's placement keeps the state on the device (its rehearsal on the
+        CPU runs the same code path with host OrtValues, which is how it is tested without a GPU)."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder(Path(folder))
+        variant = placement.variant
         files = [folder.onnx_file(ENCODER_FILE, variant), folder.onnx_file(DECODER_FILE, variant)]
-        fix = REEXPORT.format(folder=folder.path) + VARIANT_FLAGS[variant]
+        fix = REEXPORT.format(folder=folder.path) + ("" if variant == "fp32" else f" --variant {variant}")
         folder.require([folder.config_file, folder.tokenizer_file, folder.weights_file, *files], fix)
         folder.check_weights()  # else a damaged file shows up as a hash mismatch that blames the graphs
         config = folder.config
-        threads = threads or default_cores()
-        encoder = open_on_device(files[0], files[0], device, threads)
+        encoder = open_on_device(files[0], files[0], placement)
         try:
             headed = with_top_k_head(files[1].read_bytes())
         except ValueError as err:  # what ONNX Runtime would refuse too, found as the head is added
             raise ValueError(f"ONNX Runtime cannot load {files[1]}: {err}; {fix}") from None
-        decoder = open_on_device(files[1], headed, device, threads)
+        decoder = open_on_device(files[1], headed, placement)
         for session, spec, path in (
             (encoder, encoder_spec(config), files[0]),
             (decoder, decoder_with_top_k_spec(config), files[1]),
         ):
             check_graph(session, spec, path)
             check_stamp(session, config, folder.weights_sha256, path)
-        provider = encoder.get_providers()[0]
-        if io_binding or (io_binding is None and provider != CPU):
-            return cls(config, BoundIO(encoder, decoder, provider, threads), provider, lanes if provider == CPU else 1)
-        return cls(config, HostIO(encoder, decoder), provider, lanes if provider == CPU else 1)
+        io = BoundIO(encoder, decoder, placement) if placement.for_gpu else HostIO(encoder, decoder)
+        return cls(config, io, encoder.get_providers()[0], placement.lanes)
 
     def start(self, src_ids: np.ndarray) -> DecoderState[Any]:
         src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)

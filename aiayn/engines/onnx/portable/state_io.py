@@ -5,7 +5,7 @@ differ only in where the decoder state lives between steps and how its rows
 are taken. ``HostIO`` passes NumPy arrays in and out of ``session.run``.
 ``BoundIO`` keeps the state as OrtValues on the execution provider's device
 (I/O binding): per step only the token ids and the few host outputs cross, and
-rows are taken on the device by a small Gather graph (``gather.py``), since
+rows are taken on the device by a small Gather graph (``tiny_graphs.py``), since
 ONNX Runtime's Python API cannot index a device tensor.
 """
 
@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from aiayn.engines.onnx.sessions import CUDA, ORT_TYPES, open_session
+from aiayn.engines.onnx.sessions import ORT_TYPES, open_on_device
 from aiayn.engines.onnx.tiny_graphs import gather_model
+from aiayn.engines.placement import Placement
 
 DTYPE_OF_ORT_TYPE = {ort_type: dtype for dtype, ort_type in ORT_TYPES.items()}
 Feeds = Mapping[str, np.ndarray]  # small host inputs of one run: token ids, position, k
@@ -48,12 +49,9 @@ class HostIO:
 class BoundIO:
     """The decoder state as OrtValues on the device, passed between steps by I/O binding."""
 
-    def __init__(
-        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, provider: str, threads: int
-    ) -> None:
-        self.encoder, self.decoder = encoder, decoder
-        self.provider, self.threads = provider, threads
-        self.device = "cuda" if provider == CUDA else "cpu"  # OrtValue device type
+    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, placement: Placement) -> None:
+        self.encoder, self.decoder, self.placement = encoder, decoder, placement
+        self.device = placement.device  # the OrtValues' device
         self.gathers: dict[tuple[int, tuple[tuple[str, int], ...]], ort.InferenceSession] = {}
 
     def encode(self, feeds: Feeds, outputs: list[str], src_mask: np.ndarray) -> tuple[Any, list[Any]]:
@@ -85,7 +83,7 @@ class BoundIO:
         signature = tuple((DTYPE_OF_ORT_TYPE[v.data_type()], len(v.shape())) for v in values)
         if (axis, signature) not in self.gathers:
             model = gather_model(signature, axis)
-            self.gathers[axis, signature] = open_session(model, [self.provider], self.threads)
+            self.gathers[axis, signature] = open_on_device(None, model, self.placement)
         session = self.gathers[axis, signature]
         binding = session.io_binding()
         for i, value in enumerate(values):

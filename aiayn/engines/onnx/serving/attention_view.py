@@ -37,7 +37,8 @@ from aiayn.core.weight_spec import (
     norm,
     sublayer,
 )
-from aiayn.engines.onnx.serving.graph_builder import WEIGHTS_FILE, ExternalWeights, GraphBuilder, Sublayers
+from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE, ExternalData
+from aiayn.engines.onnx.serving.graph_builder import GraphBuilder, Sublayers
 from aiayn.engines.onnx.serving.graphs import build_encoder, graphs_directory
 from aiayn.engines.onnx.serving.spec import CROSS_KV, serving_encoder_spec
 from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_session
@@ -79,7 +80,7 @@ def scaled_dot_product(g: GraphBuilder, q: str, k: str, v: str, bias: str, d_hea
     return g.op1("MatMul", [weights, v], "attended"), weights
 
 
-def build_attention_decoder(config: ModelConfig, weights: dict[str, np.ndarray], external: ExternalWeights) -> bytes:
+def build_attention_decoder(config: ModelConfig, weights: dict[str, np.ndarray], external: ExternalData) -> bytes:
     """tgt_ids (batch, out_len), src_mask, cross_kv → cross_attention (batch, heads, out_len, src_len)."""
     g = GraphBuilder(weights, external)
     heads, d_head = config.n_heads, config.d_head
@@ -146,7 +147,7 @@ class AttentionView:
         config = folder.config
         weights = load_file(str(folder.weights_file))
         with graphs_directory() as directory:
-            external = ExternalWeights(directory / WEIGHTS_FILE)
+            external = ExternalData(directory / EXTERNAL_DATA_FILE)
             try:
                 graphs = {
                     "encoder": build_encoder(config, weights, external),

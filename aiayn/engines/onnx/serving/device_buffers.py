@@ -47,7 +47,6 @@ from aiayn.core.config import ModelConfig
 from aiayn.engines.onnx.serving import spec
 from aiayn.engines.onnx.serving.graph_builder import positions_length
 from aiayn.engines.onnx.serving.rows import consume, distinct, run_length
-from aiayn.engines.onnx.sessions import CPU
 from aiayn.engines.onnx.tiny_graphs import INDICES, PADS
 
 SRC_LEN_MULTIPLE = 16
@@ -199,6 +198,7 @@ class DeviceBuffers:
         self,
         config: ModelConfig,
         ops: spec.ServingOps,
+        device: str,
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
         reorder: ort.InferenceSession,
@@ -206,7 +206,7 @@ class DeviceBuffers:
     ) -> None:
         self.config = config
         self.encoder, self.decoder, self.reorder, self.widening = encoder, decoder, reorder, widening
-        self.device = "cpu" if decoder.get_providers()[0] == CPU else "cuda"  # OrtValues' device type
+        self.device = device  # where the sessions run: the OrtValues' device
         self.dtype = np.dtype(ops.dtype)
         tokens = config.special_tokens
         self.eos_id, self.pad_id = tokens.eos, tokens.pad

@@ -1,9 +1,9 @@
 """The serving engine: what ``--engine onnx`` runs, on a CPU and on a GPU alike.
 
-The serving graphs (``serving_graphs.py``) are built from a folder's ``model.safetensors`` when the engine loads, for
-one device's ops (``spec.SERVING_OPS``), and run under the search's step interface with their selection head
-inside: only each row's k best ids and log-probabilities leave ONNX Runtime. The two devices differ where they
-really do, as data and as one state back end:
+The serving graphs (``graphs.py``) are built from a folder's ``model.safetensors`` when the engine loads, for
+one device's ops (``spec.py``; which ops a variant takes on a device: ``aiayn.engines.WEIGHTS``), and run under the
+search's step interface with their selection head inside: only each row's k best ids and log-probabilities leave
+ONNX Runtime. The two devices differ where they really do, as data and as one state back end:
 
 - the ops: on a CPU GroupQueryAttention over per-row lengths, in fp32 or its w8, w4 (``block_quant.py``) and int8
   (``quantize.py``) weights; on CUDA the new key/value scattered into the cache and MultiHeadAttention over it, every
@@ -11,8 +11,8 @@ really do, as data and as one state back end:
 - the state: on a CPU NumPy buffers bound in place (``host_buffers.py``); on a GPU buffers in the device's memory at
   addresses that stay put, each step a captured CUDA graph's replay (``device_buffers.py``).
 
-The CUDA graphs also run on the CPU provider (``graphs_for="cuda"``), with their own state back end: that is how they
-are proven without a GPU, under CUDA's binding rules (``tests/conftest.py``).
+The CUDA graphs also run on the CPU provider (a GPU's placement rehearsed: ``Placement.rehearsal``), with their own
+state back end: that is how they are proven without a GPU, under CUDA's binding rules (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import onnxruntime as ort
 from safetensors.numpy import load_file
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX_SERVING, SERVING_VARIANTS
-from aiayn.engines.onnx.block_quant import VARIANTS as BLOCK_SCHEMES
+from aiayn.engines import ONNX, SERVING_VARIANTS
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving import spec
 from aiayn.engines.onnx.serving.attention_view import AttentionView
@@ -34,9 +33,9 @@ from aiayn.engines.onnx.serving.device_buffers import DeviceBuffers
 from aiayn.engines.onnx.serving.graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving.kernel_rows import rows_for
-from aiayn.engines.onnx.serving.spec import CPU_OPS, SERVING_OPS
-from aiayn.engines.onnx.sessions import CPU, check_built_graph, open_on_device, open_session
+from aiayn.engines.onnx.sessions import check_built_graph, open_on_device
 from aiayn.engines.onnx.tiny_graphs import gather_model, widen_model
+from aiayn.engines.placement import Placement
 
 S = TypeVar("S")
 INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
@@ -58,65 +57,47 @@ class StateBuffers(Protocol[S]):
 class ServingEngine(Generic[S]):
     """The serving graphs of one folder on one device and their state back end; an ``aiayn.engines.Engine``."""
 
-    name = ONNX_SERVING
+    name = ONNX
 
     def __init__(self, folder: ModelFolder, ops: spec.ServingOps, buffers: StateBuffers[S], lanes: int = 1) -> None:
         self.folder, self.config, self.ops, self.buffers = folder, folder.config, ops, buffers
         self.provider = buffers.decoder.get_providers()[0]
-        self.lanes = lanes if self.provider == CPU else 1  # one GPU stream: batches take turns
+        self.lanes = lanes
         tokens = self.config.special_tokens
         self.bos_id, self.eos_id, self.pad_id = tokens.bos, tokens.eos, tokens.pad
         self.never_generate = self.config.never_generate
         self.attention_view: AttentionView | None = None  # built from the weights for the heatmap only
 
     @classmethod
-    def load(
-        cls,
-        folder: ModelFolder | str | Path,
-        device: str = "cpu",
-        variant: str = "fp32",
-        lanes: int = 1,
-        graphs_for: str | None = None,
-        threads: int = 1,
-        profile_prefix: str = "",
-    ) -> ServingEngine[Any]:
-        """Build the serving graphs of ``variant`` (one of ``SERVING_VARIANTS[graphs_for]``) for ``graphs_for``'s
-        ops (default: ``device``'s own) from a model folder's config.json and model.safetensors, and open them on
-        ``device`` (a resolved one: cpu or cuda). ``lanes`` searches may run a CPU engine at once, each on
-        ``threads`` intra-op threads (the sessions are shared: each batch binds its own buffers).
-        ``profile_prefix``: the CPU decoder's session runs under ONNX Runtime's profiler (``aiayn bench --profile``)."""
+    def load(cls, folder: ModelFolder | str | Path, placement: Placement) -> ServingEngine[Any]:
+        """Build the serving graphs of the placement's variant for its device's ops from a model folder's config.json
+        and model.safetensors, and open them where it says: on a CPU, ``lanes`` searches at once over shared
+        sessions (each batch binds its own buffers), each on ``threads`` intra-op threads; for a GPU, the state on
+        the device and each step a captured graph."""
         folder = folder if isinstance(folder, ModelFolder) else ModelFolder.open(folder)
-        graphs_for = graphs_for or device
-        if variant not in SERVING_VARIANTS[graphs_for]:
-            choices = ", ".join(SERVING_VARIANTS[graphs_for])
-            raise ValueError(f"--variant {variant} has no serving graphs for {graphs_for}; choose one of {choices}")
-        ops = SERVING_OPS.get((graphs_for, variant), CPU_OPS)
-        scheme = BLOCK_SCHEMES.get(variant)
+        ops_for, weights = placement.graphs_for, placement.weights
+        if ops_for not in weights.serving:
+            choices = ", ".join(SERVING_VARIANTS[ops_for])
+            raise ValueError(f"--variant {placement.variant} has no serving graphs for {ops_for}; choose {choices}")
+        ops, source = placement.serving_ops, str(folder.weights_file)
         folder.require([folder.weights_file], "train it with `aiayn train` or point --model elsewhere")
         folder.check_weights()
-        weights = load_file(str(folder.weights_file))  # fp16 on disk: each tensor takes its graph's dtype
+        tensors = load_file(str(folder.weights_file))  # fp16 on disk: each tensor takes its graph's dtype
         with graphs_directory() as directory:
-            source = str(folder.weights_file)
-            paths = build_serving_graphs(folder.config, weights, directory, source, scheme, ops)
-            del weights
-            models: list[Path | bytes] = (
-                [quantize_int8(path, INT8_OPS) for path in paths] if variant == "int8" else [*paths]
-            )
-            if device == "cpu":
-                encoder = open_session(models[0], [CPU], threads)
-                decoder = open_session(models[1], [CPU], threads, profile_prefix=profile_prefix)
-            else:
-                encoder = open_on_device(paths[0], models[0], device, threads)
-                decoder = open_on_device(paths[1], models[1], device, threads, graphs=True)
+            paths = build_serving_graphs(folder.config, tensors, directory, source, weights.block, ops)
+            del tensors
+            models: list[Path | bytes] = [quantize_int8(p, INT8_OPS) for p in paths] if weights.int8 else [*paths]
+            encoder = open_on_device(paths[0], models[0], placement)
+            decoder = open_on_device(paths[1], models[1], placement, graphs=True, profiled=True)
         check_built_graph(encoder, spec.serving_encoder_spec(folder.config, ops))
         check_built_graph(decoder, spec.serving_decoder_spec(folder.config, ops))
-        if graphs_for == "cpu":
-            buffers: StateBuffers[Any] = HostBuffers(folder.config, encoder, decoder, rows_for(scheme))
+        if not placement.for_gpu:
+            buffers: StateBuffers[Any] = HostBuffers(folder.config, encoder, decoder, rows_for(weights.block))
         else:
-            reorder = open_on_device(None, gather_model([(ops.dtype, 5)], axis=1), device, threads, graphs=True)
-            widen = open_on_device(None, widen_model(ops.dtype, 5), device, threads)
-            buffers = DeviceBuffers(folder.config, ops, encoder, decoder, reorder, widen)
-        return cls(folder, ops, buffers, lanes)
+            reorder = open_on_device(None, gather_model([(ops.dtype, 5)], axis=1), placement, graphs=True)
+            widen = open_on_device(None, widen_model(ops.dtype, 5), placement)
+            buffers = DeviceBuffers(folder.config, ops, placement.device, encoder, decoder, reorder, widen)
+        return cls(folder, ops, buffers, placement.lanes)
 
     # -- the step interface ------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,11 +19,10 @@ from aiayn.core.config import ModelConfig
 from aiayn.core.contract import IR_VERSION, OPSET, GraphSpec, TensorSpec
 from aiayn.core.weight_spec import BIAS, EMBEDDING, W_1, W_2, WEIGHT
 from aiayn.engines.onnx.block_quant import BlockScheme, quantize_gather, quantize_matmul
+from aiayn.engines.onnx.external_data import ExternalData
 
 MS_DOMAIN = "com.microsoft"
 EXTERNAL_MIN_BYTES = 4096  # constants from this size on are external data (ONNX Runtime wants ≥ 128 bytes)
-EXTERNAL_ALIGNMENT = 4096
-WEIGHTS_FILE = "weights.bin"
 POSITION_MARGIN = 64  # positions past max_len: outputs run up to source length + 50
 Sublayers = list[tuple[str, Callable[[str], str]]]  # (the norm's weight prefix, the sub-layer) in stack order
 
@@ -45,35 +43,6 @@ def sinusoidal_table(length: int, d_model: int, layout: str) -> np.ndarray:
     return np.stack((sin, cos), axis=-1).reshape(length, d_model)
 
 
-class ExternalWeights:
-    """The graphs' large constants, written to one file beside them as they are made (ONNX external data).
-
-    A graph that carried its weights inline would exist three times over while a session is built (the
-    protobuf, its serialized bytes, ONNX Runtime's parsed copy) next to the session's own; from a file, ONNX
-    Runtime reads each tensor straight into the session (base size: peak while loading 1 123 → 268 MiB with the
-    fp32 copy gone too; docs/speed.md, Session 8).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.file = path.open("wb")
-
-    def reference(self, name: str, value: np.ndarray) -> onnx.TensorProto:
-        """``value`` appended to the file (at a page-aligned offset); the initializer that points there."""
-        offset = -(-self.file.tell() // EXTERNAL_ALIGNMENT) * EXTERNAL_ALIGNMENT
-        self.file.seek(offset)
-        self.file.write(value.tobytes())
-        tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype))
-        tensor.dims.extend(value.shape)
-        tensor.data_location = onnx.TensorProto.EXTERNAL
-        for key, text in (("location", self.path.name), ("offset", offset), ("length", value.nbytes)):
-            tensor.external_data.add(key=key, value=str(text))
-        return tensor
-
-    def close(self) -> None:
-        self.file.close()
-
-
 class GraphBuilder:
     """Nodes, initializers and unique names for one graph; its large constants go to ``external``; its weight
     matrices are ``dtype`` (float constants all are), or block-quantized by ``scheme``."""
@@ -81,7 +50,7 @@ class GraphBuilder:
     def __init__(
         self,
         weights: Mapping[str, np.ndarray],
-        external: ExternalWeights,
+        external: ExternalData,
         scheme: BlockScheme | None = None,
         dtype: str = "float32",
     ) -> None:

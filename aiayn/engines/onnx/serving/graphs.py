@@ -84,10 +84,9 @@ from aiayn.core.weight_spec import (
     sublayer,
 )
 from aiayn.engines.onnx.block_quant import BlockScheme
+from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE, ExternalData
 from aiayn.engines.onnx.serving.graph_builder import (
     MS_DOMAIN,
-    WEIGHTS_FILE,
-    ExternalWeights,
     GraphBuilder,
     Sublayers,
     positions_length,
@@ -148,7 +147,7 @@ def two_stage_top_k(g: GraphBuilder, scores: str, k: str, block: int, vocab: int
 def build_encoder(
     config: ModelConfig,
     weights: Mapping[str, np.ndarray],
-    external: ExternalWeights,
+    external: ExternalData,
     scheme: BlockScheme | None = None,
     ops: ServingOps = CPU_OPS,
 ) -> bytes:
@@ -279,7 +278,7 @@ def padded_columns(w: np.ndarray, multiple: int) -> np.ndarray:
 def build_decoder(
     config: ModelConfig,
     weights: Mapping[str, np.ndarray],
-    external: ExternalWeights,
+    external: ExternalData,
     scheme: BlockScheme | None = None,
     ops: ServingOps = CPU_OPS,
 ) -> bytes:
@@ -370,7 +369,7 @@ def build_serving_graphs(
     inside, or fp32 block-quantized by ``scheme``), written to ``directory`` with their weights in one external-data
     file beside them; the weights must follow the weights' spec (``source`` names them if they do not)."""
     check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
-    external = ExternalWeights(directory / WEIGHTS_FILE)
+    external = ExternalData(directory / EXTERNAL_DATA_FILE)
     try:
         graphs = {SERVING_ENCODER: build_encoder(config, weights, external, scheme, ops)}
         graphs[SERVING_DECODER] = build_decoder(config, weights, external, scheme, ops)

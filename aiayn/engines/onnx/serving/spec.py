@@ -53,14 +53,12 @@ class ServingOps:
     two_stage_top_k: bool = True
 
 
-# The serving graphs by (device, variant). The CPU's weight-only variants (w8, w4) and int8 are fp32 graphs with
-# quantized weights (``block_quant.py``, ``quantize.py``).
-SERVING_OPS = {
-    ("cpu", "fp32"): ServingOps("cpu", GQA),
-    ("cuda", "fp32"): ServingOps("cuda", SCATTERED, two_stage_top_k=False),
-    ("cuda", "fp16"): ServingOps("cuda", SCATTERED, "float16", 8, two_stage_top_k=False),
-}
-CPU_OPS = SERVING_OPS["cpu", "fp32"]
+# The serving graphs' ops: the CPU's (fp32 graphs, their weights quantized for w8, w4 and int8: ``block_quant.py``,
+# ``quantize.py``) and the GPU's, fp32 and fp16. The table of weights (``aiayn.engines.WEIGHTS``) says which each
+# variant takes on each device.
+CPU_OPS = ServingOps("cpu", GQA)
+CUDA_OPS = ServingOps("cuda", SCATTERED, two_stage_top_k=False)
+CUDA_FP16_OPS = ServingOps("cuda", SCATTERED, "float16", 8, two_stage_top_k=False)
 
 # The serving graphs (``serving_graphs.py``): built from model.safetensors when the engine
 # loads, into a temporary directory gone once the sessions are built, so ``file`` names them in messages. Every

@@ -1,0 +1,128 @@
+"""Where and how a model folder's engine runs, decided once: ``EngineOptions`` (what the user asked) resolved into a
+frozen ``Placement`` (what runs), as CTranslate2 resolves its compute type once, before a weight is read.
+
+Every engine loads as ``load(folder, placement)`` and reads its choices off the placement's fields: which engine,
+on which device, whose graphs and state back end, the row of the table of weights, the lanes and threads. The
+device's questions (is there a GPU here? which engine runs this variant there?) are asked here and nowhere else,
+and a refusal is one line from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from aiayn.engines import DEVICE_NAMES, ONNX, ONNX_PORTABLE, TORCH, WEIGHTS, Weights
+from aiayn.engines.onnx.serving.spec import ServingOps
+from aiayn.engines.onnx.sessions import gpu_unavailable
+from aiayn.engines.options import EngineOptions
+
+CPU, GPU = "cpu", "cuda"  # the resolved devices (and ONNX Runtime's names for an OrtValue's device)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What runs, resolved from ``EngineOptions`` by ``place`` (or, in the tests and scripts, built as it is: the
+    defaults are the serving engine on the CPU, one lane of one thread)."""
+
+    engine: str = ONNX  # the engine that runs: ONNX (the serving engine), ONNX_PORTABLE or TORCH
+    variant: str = "fp32"  # its weights: a row of ``aiayn.engines.WEIGHTS``
+    device: str = CPU  # where its sessions (or PyTorch) run: CPU or GPU
+    for_gpu: bool = False  # built the GPU's way: its serving graphs, the state as OrtValues bound on the device
+    lanes: int = 1  # searches at once, one batch each
+    threads: int = 1  # ONNX Runtime's intra-op threads per session (PyTorch's own on a CPU)
+    profile_prefix: str = ""  # the CPU decoder's session under ONNX Runtime's profiler (``aiayn bench --profile``)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device == GPU
+
+    @property
+    def graphs_for(self) -> str:
+        """The device whose serving graphs it builds."""
+        return GPU if self.for_gpu else CPU
+
+    @property
+    def serving_ops(self) -> ServingOps:
+        """What its serving graphs are made of; a KeyError where the table of weights has none (``place`` never
+        places the serving engine there)."""
+        return self.weights.serving[self.graphs_for]
+
+    @property
+    def weights(self) -> Weights:
+        return WEIGHTS[self.variant]
+
+    @property
+    def checked(self) -> bool:
+        """The serving engine for a GPU checks itself against the CPU serving graphs before it serves
+        (``onnx/serving/self_check.py``): a GPU runs kernels the CPU never does."""
+        return self.engine == ONNX and self.for_gpu
+
+    def rehearsal(self) -> Placement:
+        """This placement's engine, graphs and state back end with its sessions on the CPU provider: how the GPU's
+        engine is proven without a GPU (the tests, ``scripts/gpu_session.sh``'s dry run)."""
+        return replace(self, device=CPU)
+
+    def reference(self) -> Placement:
+        """The CPU serving engine in fp32, one lane: what the self-check compares against."""
+        return Placement()
+
+    def portable(self) -> Placement:
+        """The exported contract graphs in the same place: what serves where the serving engine cannot."""
+        return replace(self, engine=ONNX_PORTABLE)
+
+
+def place(options: EngineOptions, profile_prefix: str = "") -> Placement:
+    """The placement of ``options``: the device resolved (``auto``: a GPU where the engine's runtime really runs on
+    one), the engine the table of weights says runs the variant there, a GPU's one lane. A ValueError in one line
+    where nothing can run what was asked, naming what would."""
+    weights = WEIGHTS[options.variant]
+    if options.engine == TORCH:
+        from aiayn.engines.pytorch import gpu_problem as torch_gpu_problem
+
+        device = resolve_runtime_device(options.device, "PyTorch", torch_gpu_problem)
+    elif weights.serving.keys() == {CPU} and not weights.exported:
+        device = CPU if options.device == "auto" else options.device  # built for a CPU only: no GPU probe
+    else:
+        device = resolve_runtime_device(options.device, "ONNX Runtime", lambda: gpu_unavailable(1))
+    engine = engine_for(options.engine, device, options.variant)
+    placement = Placement(engine, options.variant, device, False, options.lane_count, options.threads, profile_prefix)
+    if placement.on_gpu:  # the GPU's own graphs; one lane: its batches queue on one stream anyway
+        return replace(placement, for_gpu=True, lanes=1)
+    return placement
+
+
+def resolve_runtime_device(asked: str, runtime: str, gpu_problem: Callable[[], str]) -> str:
+    """CPU, or GPU where asked (or ``auto``) and ``runtime`` really runs on one here; ``gpu_problem`` says why it
+    cannot ("" where it can)."""
+    if asked == CPU:
+        return CPU
+    problem = gpu_problem()
+    if not problem:
+        return GPU
+    if asked == GPU:
+        raise ValueError(
+            f"--device cuda: {runtime} cannot run on a GPU here ({problem}); use --device cpu, or auto to take the "
+            "GPU only where it works"
+        )
+    return CPU
+
+
+def engine_for(engine: str, device: str, variant: str) -> str:
+    """The engine that runs ``variant`` for ``--engine engine`` on ``device`` (a resolved one), as the table of
+    weights says; or a ValueError, one line naming what would."""
+    weights = WEIGHTS[variant]
+    serving, exported = device in weights.serving, weights.exported
+    if engine == TORCH:
+        if weights.torch:
+            return TORCH
+        raise ValueError(f"the torch engine runs fp32 only; use --engine onnx for --variant {variant}")
+    if engine == ONNX_PORTABLE and not exported or engine == ONNX and not (serving or exported):
+        devices = list(weights.serving)
+        on = " or ".join(DEVICE_NAMES[d] for d in devices)
+        raise ValueError(
+            f"--variant {variant} is built from the weights for the onnx engine on {on}; "
+            f"use --engine onnx --device {devices[0]} (or auto)"
+        )
+    return ONNX if serving and engine == ONNX else ONNX_PORTABLE
+
