@@ -63,6 +63,12 @@ class Setup:
     checkout: str = ""  # another checkout of this repository whose aiayn the worker runs (``with_baseline``)
 
     @property
+    def options(self) -> EngineOptions:
+        """Ours (``engine`` an --engine name and a variant) as a command's flags would ask for it."""
+        engine, _, variant = self.engine.partition(" ")
+        return EngineOptions(engine, self.device, variant or "fp32", self.lanes, self.threads)
+
+    @property
     def label(self) -> str:
         where = " cuda" if self.device == "cuda" else ""
         return f"{self.engine} {self.lanes}×{self.threads}{where}" + (" (baseline)" if self.checkout else "")
@@ -126,7 +132,7 @@ CONFIGS = ((1, 1), (1, 32), (4, 1), (4, 32))  # (beam, batch)
 
 def device_framing(device: str, variants: tuple[str, ...] = ("fp32", "fp16")) -> Framing:
     """Ours against CTranslate2 on one ``device``, each of ``variants``, one stream each (``--device cuda``: ours is
-    the serving engine with its state on the GPU, ``engines/onnx/serving.py``)."""
+    the serving engine with its state on the GPU, ``engines/onnx/serving/``)."""
     setups = tuple(Setup(f"{engine} {v}", device=device) for v in variants for engine in (ONNX, "ctranslate2"))
     label = {setup.engine: setup.label for setup in setups}
     return Framing(
@@ -217,7 +223,5 @@ def make_engine(setup: Setup, folder: ModelFolder) -> BenchEngine:
         from aiayn.model.weights import load_model
 
         return step_translate(NoCacheEngine(load_model(folder)), folder, 1)
-    engine, _, variant = name.partition(" ")
-    options = EngineOptions(engine, setup.device, variant or "fp32", setup.lanes, setup.threads)
-    loaded = load_engine(folder, options)
+    loaded = load_engine(folder, setup.options)
     return step_translate(loaded, folder, loaded.lanes)

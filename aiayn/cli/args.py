@@ -101,9 +101,9 @@ def add_variant_flag(p: argparse.ArgumentParser, scope: str = "") -> None:
     )
 
 
-def add_device_flag(p: argparse.ArgumentParser, runtime: str = "ONNX Runtime") -> None:
+def add_device_flag(p: argparse.ArgumentParser, runtime: str = "ONNX Runtime", default: str = "auto") -> None:
     where = f"where {runtime} runs; auto: a GPU where it works, else the CPU"
-    p.add_argument("--device", choices=DEVICES, default="auto", help=where)
+    p.add_argument("--device", choices=DEVICES, default=default, help=where)
 
 
 def add_beam_flag(p: argparse.ArgumentParser) -> None:
@@ -123,7 +123,10 @@ ENGINE_HELP = (
 
 
 def add_engine_flags(
-    p: argparse.ArgumentParser, engine: str | None = ONNX, engine_help: str | None = ENGINE_HELP
+    p: argparse.ArgumentParser,
+    engine: str | None = ONNX,
+    engine_help: str | None = ENGINE_HELP,
+    device_default: str = "auto",
 ) -> None:
     """The flags of ``EngineOptions``, read back by ``engine_options``: --engine (default ``engine``; none where
     ``engine_help`` is None: the command runs ONNX Runtime), --device, --cores, --threads-per-lane, --variant."""
@@ -131,7 +134,7 @@ def add_engine_flags(
         p.set_defaults(engine=engine)
     else:
         p.add_argument("--engine", choices=ENGINES, default=engine, help=engine_help)
-    add_device_flag(p, "the engine")
+    add_device_flag(p, "the engine", device_default)
     p.add_argument(
         "--cores",
         "--threads",  # its earlier name, which said less than it sets

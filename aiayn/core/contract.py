@@ -5,7 +5,7 @@ config.json and the ONNX Runtime engine all read this table (the way HF Optimum'
 OnnxConfig declares ``{name: {axis: name}}``); code names a tensor or a metadata
 key only through the constants and name groups here. The CPU serving graphs,
 built from the weights when an engine loads and never stored, are no part of it:
-they are declared beside their builder (``aiayn/engines/onnx/serving_spec.py``). Torch-free.
+they are declared beside their builder (``aiayn/engines/onnx/serving/spec.py``). Torch-free.
 """
 
 from __future__ import annotations

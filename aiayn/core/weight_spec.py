@@ -2,7 +2,7 @@
 
 The names are the state-dict names of ``aiayn.model.transformer.Transformer``
 (its module attributes; a test holds the two equal), the serving graph builder
-(``aiayn/engines/onnx/serving_graphs.py``) reads the weights by them, and both
+(``aiayn/engines/onnx/serving/graphs.py``) reads the weights by them, and both
 loaders check a file against this spec, every missing, unexpected or misshapen
 tensor named at once (a strict mapping, as CTranslate2's specs validate every
 slot before they save). Torch-free.

@@ -6,7 +6,7 @@ self-attention keys/values) grows by one position a step. An engine keeps its
 tensors in its own type (torch tensors, NumPy arrays, ONNX Runtime OrtValues)
 and supplies only how rows are taken from them (``TakeRows``).
 
-One engine keeps a state of its own: the serving engine (``onnx/serving.py``) binds its buffers once per
+One engine keeps a state of its own: the serving engine (``onnx/serving/``) binds its buffers once per
 batch and lets a beam's reorder adopt rows in place (``host_buffers.HostState``: a view of which bound row is which).
 Taking the cache rows into new arrays as ``select`` does here, rebound each time, gave the same outputs ×1.5
 slower at beam 4 (150 val sentences, batch 1 and 16), so it does not use this type.

@@ -40,7 +40,7 @@ MODEL_DIR = "model"  # the model folder inside the Space
 # The variants a Space serves on each device: what the serving engine builds from the weights there.
 SPACE_VARIANTS = {"cpu": ("fp32", *BLOCK_VARIANTS), "cuda": SERVING_VARIANTS["cuda"]}
 # What the serving engines read (they build their graphs from the weights, and so does the page's attention view,
-# ``engines/onnx/attention_view.py``), and where the folder has them, the target side's tokenizer, the record of
+# ``engines/onnx/serving/attention_view.py``), and where the folder has them, the target side's tokenizer, the record of
 # what the model knows and the validation pairs the page takes examples from; a GPU Space carries the contract's
 # exported graphs (``GPU_GRAPHS``) beside them.
 MODEL_FILES = (

@@ -1,6 +1,6 @@
 """On a GPU (issues #24, #39): each CUDA engine against the CPU fp32 engine on all of test_2016_flickr, and the page.
 
-- the serving engine on CUDA (``engines/onnx/serving.py``: the serving graphs built for CUDA, the state on the
+- the serving engine on CUDA (``engines/onnx/serving/``: the serving graphs built for CUDA, the state on the
   device, each step a captured CUDA graph), fp32: the very ids of the CPU fp32 engines (the contract's graphs, and
   the CPU serving graphs), greedy and beam 4; fp16: BLEU within 0.2 of the CPU fp32 engine's, 99 % of its lines;
 - the contract's fp32 graphs on CUDA, the decoder state bound on the device

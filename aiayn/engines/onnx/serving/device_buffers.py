@@ -13,7 +13,7 @@ had when captured and no kernel reads a changing value from host memory. So:
   first byte; the small ones (token ids, positions, the source mask, the parents of the beam's rows, the head's
   outputs) in OrtValues of each bucket (``Step``), written between runs through ONNX Runtime (``update_inplace``);
 - the positions are on the device (``seqlens_k``; the graphs scatter the new key/value there and mask the rest:
-  ``serving_graphs.scattered_attention``), and the only inputs a kernel reads from host memory, the sentence groups'
+  ``graphs.scattered_attention``), and the only inputs a kernel reads from host memory, the sentence groups'
   shape and the head's k, are fixed per graph (``spec.HOST_READ``);
 - the beam's reordering gathers the cache's rows by their parents from one cache buffer into the other, in a graph of
   its own, captured too; a cache that fills is padded on the device from one buffer into the other (a Pad node); a

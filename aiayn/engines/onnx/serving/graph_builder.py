@@ -1,5 +1,6 @@
 """Writing an ONNX graph from a folder's weights, node by node: the builder the serving graphs and the attention
-view share (``serving_graphs.py``, ``attention_view.py``), and the one external-data file their weights go to.
+view share (``graphs.py``, ``attention_view.py``); their weights go to one external-data file
+(``onnx/external_data.py``).
 
 Each method answers to a part of the paper it builds (§3.1 the residual stacks, eq. 2 the feed-forward, §3.4 the
 scaled embeddings, §3.5 the positions); the weight matrices are fp32, fp16, or block-quantized (``block_quant.py``).

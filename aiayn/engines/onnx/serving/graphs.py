@@ -12,7 +12,7 @@ step is a few dozen kernels instead of a few hundred:
   activations);
 - decoder self-attention works on a preallocated key/value buffer (rows, heads, capacity, d_head): the
   engine binds the same buffer as ``cache_*`` and ``present_*``, so the new key/value is written in place
-  (no concat). The kernels are the device's (``serving_spec.SERVING_OPS``): ``GroupQueryAttention`` on a CPU; on
+  (no concat). The kernels are the device's (``spec.py``): ``GroupQueryAttention`` on a CPU; on
   CUDA ``ScatterElements`` into the cache and ``MultiHeadAttention`` over it, every position on the device, so that
   a step can be captured as one CUDA graph;
 - cross-attention is ``MultiHeadAttention`` over the encoder's per-layer keys/values
@@ -22,7 +22,7 @@ step is a few dozen kernels instead of a few hundred:
 - the encoder is one graph with the ``Attention`` op (QKV projection inside) and outputs
   every decoder layer's cross keys/values as one tensor (2 · layers, batch, heads, src_len, d_head).
 
-Their ops and their inputs and outputs are declared beside them in ``serving_spec.py`` (``ServingOps``,
+Their ops and their inputs and outputs are declared beside them in ``spec.py`` (``ServingOps``,
 ``serving_encoder_spec``, ``serving_decoder_spec``), which the serving engine's state back ends
 (``host_buffers.py``, ``device_buffers.py``) bind by.
 The fp16 graphs (CUDA) hold every weight and activation in fp16 and take the log-softmax in fp32; their output
@@ -291,7 +291,7 @@ def build_decoder(
     ``src_mask``.
     """
     g = GraphBuilder(weights, external, scheme, ops.dtype)
-    d, heads, vocab = config.d_model, config.n_heads, config.vocab_size
+    d, heads = config.d_model, config.n_heads
     tokens = g.embed(config, TGT_IDS)  # (rows, d)
     positions = g.op1("Gather", [g.positions(config), SEQLENS_K], "pos")  # (rows, d)
     rows_d = g.const("rows_d", np.array([-1, d]))
@@ -325,6 +325,13 @@ def build_decoder(
         sublayers.append((norm(other), partial(cross_attention, prefix=other, i=i)))
         sublayers.append((norm(feed_forward), partial(feed_forward_of, prefix=feed_forward)))
     x = g.stack(g.op1("Add", [tokens, positions], "x"), sublayers, DECODER_NORM, config)  # (rows, d)
+    vocabulary_head(g, config, x, ops)
+    return g.model(serving_decoder_spec(config, ops))
+
+
+def vocabulary_head(g: GraphBuilder, config: ModelConfig, x: str, ops: ServingOps) -> None:
+    """The decoder's last states ``x`` (rows, d) → each row's ``k`` best next tokens and their log-probabilities."""
+    vocab = config.vocab_size
     # §3.4: the pre-softmax projection is the embedding matrix (unscaled), transposed (d, vocab).
     projection = padded_columns(g.weight(EMBEDDING).T, ops.logits_multiple)  # (d, padded vocab)
     logits = g.matmul(x, np.ascontiguousarray(projection), "logits")  # (rows, padded vocab)
@@ -340,7 +347,6 @@ def build_decoder(
         two_stage_top_k(g, log_probs, TOP_K, block, vocab, [TOP_LOG_PROBS, TOP_IDS])
     else:
         g.nodes.append(helper.make_node("TopK", [log_probs, TOP_K], [TOP_LOG_PROBS, TOP_IDS], name="top_k", axis=-1))
-    return g.model(serving_decoder_spec(config, ops))
 
 
 @contextmanager

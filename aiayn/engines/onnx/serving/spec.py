@@ -1,7 +1,7 @@
 """The serving graphs' ops per device, and their inputs and outputs: engine-private, not part of the ONNX contract
 (``core/contract.py``).
 
-``serving_graphs.py`` builds the graphs to these declarations; ``host_buffers.py`` (CPU memory) and
+``graphs.py`` builds the graphs to these declarations; ``host_buffers.py`` (CPU memory) and
 ``device_buffers.py`` (the device's memory) bind by them. A graph that differs from its declaration is aiayn's own error
 (``sessions.check_built_graph``).
 """
@@ -48,7 +48,7 @@ class ServingOps:
     self_attention: str  # GQA or SCATTERED
     dtype: str = "float32"  # activations, weights and the caches; positions' table, log-softmax and top-k stay fp32
     logits_multiple: int = 1  # the output projection's columns padded to a multiple of this (fp16 tensor cores: 8)
-    # TopK over the best blocks of the vocabulary (``serving_graphs.two_stage_top_k``): 8 small kernels that beat one
+    # TopK over the best blocks of the vocabulary (``graphs.two_stage_top_k``): 8 small kernels that beat one
     # TopK over the whole vocabulary on a CPU; on a GPU one TopK kernel is cheaper than eight launches.
     two_stage_top_k: bool = True
 
@@ -60,7 +60,7 @@ CPU_OPS = ServingOps("cpu", GQA)
 CUDA_OPS = ServingOps("cuda", SCATTERED, two_stage_top_k=False)
 CUDA_FP16_OPS = ServingOps("cuda", SCATTERED, "float16", 8, two_stage_top_k=False)
 
-# The serving graphs (``serving_graphs.py``): built from model.safetensors when the engine
+# The serving graphs (``graphs.py``): built from model.safetensors when the engine
 # loads, into a temporary directory gone once the sessions are built, so ``file`` names them in messages. Every
 # token is one row; contrib-op masks and lengths are int32. The decoder's rows come in sentence blocks (a sentence's
 # beams): ``sentences`` blocks of ``rows / sentences`` rows, each attending over its sentence's cross keys/values.
