@@ -19,9 +19,8 @@ from typing import Any
 from aiayn.bench.run import search_name
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX
-from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.load import load_engine, place, translator_for
 from aiayn.engines.options import EngineOptions
-from aiayn.engines.placement import place
 from aiayn.search.translator import SearchSettings
 
 KERNEL_TIME = "_kernel_time"  # ONNX Runtime's event for a node's compute, beside its fences

@@ -110,7 +110,7 @@ def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.base_size import FRAMINGS as BASE_FRAMINGS
     from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA, Framing, with_baseline
     from aiayn.bench.run import FULL, QUICK, report, run_bench
-    from aiayn.engines.placement import place
+    from aiayn.engines.load import place
 
     on_gpu = place(engine_options(args)).on_gpu
     corpus = test_split(folder, args)

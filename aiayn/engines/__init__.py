@@ -24,7 +24,7 @@ def default_cores() -> int:
 # One name per engine, in the CLI's --engine, the bench's rows and the logs: onnx, the serving engine (graphs built
 # from the weights for the device when it loads, ``onnx/serving/``); onnx-portable, the contract's exported graphs
 # (``onnx/portable/``: the reference, and what serves the variants the serving engine has no graphs for on a device);
-# torch, PyTorch itself. ``placement.place`` decides which runs.
+# torch, PyTorch itself. ``load.place`` decides which runs.
 ONNX, ONNX_PORTABLE, TORCH = "onnx", "onnx-portable", "torch"
 ENGINES = (ONNX, ONNX_PORTABLE, TORCH)
 DEVICE_NAMES = {"cpu": "a CPU", "cuda": "a GPU"}

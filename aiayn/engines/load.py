@@ -1,16 +1,18 @@
-"""Opening a model folder for translation: its step engine by name (ONNX Runtime, or PyTorch where it is
-installed), and the translator over an engine."""
+"""Opening a model folder for translation: the options placed once (``place``), its step engine loaded where the
+placement says (ONNX Runtime, or PyTorch where it is installed), and the translator over an engine."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
-from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH, Engine
+from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH, WEIGHTS, Engine
+from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.engines.options import EngineOptions
-from aiayn.engines.placement import Placement, place
+from aiayn.engines.placement import CPU, Placement, engine_for, resolve_runtime_device
 from aiayn.search.translator import Translator
 
 
@@ -24,7 +26,7 @@ def installed_engine() -> str:
 
 
 def load_engine(folder: ModelFolder, where: EngineOptions | Placement, model: Any = None) -> Engine[Any]:
-    """The step engine of a model folder, placed as ``where`` says (options are placed first: ``placement.place``).
+    """The step engine of a model folder, placed as ``where`` says (options are placed first: ``place``).
 
     ``model``: the torch engine over a model in memory instead of the folder's weights (training's validation, the
     export's checks). PyTorch is imported only here and only for the torch engine, so the serve path runs without it.
@@ -65,6 +67,26 @@ def checked(folder: ModelFolder, engine: Engine[Any], placement: Placement) -> E
         file=sys.stderr,
     )
     return PortableOnnxEngine.load(folder, placement.portable())
+
+
+def place(options: EngineOptions, profile_prefix: str = "") -> Placement:
+    """The placement of ``options``: the device resolved (``auto``: a GPU where the engine's runtime really runs on
+    one), the engine the table of weights says runs the variant there, a GPU's one lane. A ValueError in one line
+    where nothing can run what was asked, naming what would."""
+    weights = WEIGHTS[options.variant]
+    if options.engine == TORCH:
+        from aiayn.engines.pytorch import gpu_problem as torch_gpu_problem
+
+        device = resolve_runtime_device(options.device, "PyTorch", torch_gpu_problem)
+    elif weights.serving.keys() == {CPU} and not weights.exported:
+        device = CPU if options.device == "auto" else options.device  # built for a CPU only: no GPU probe
+    else:
+        device = resolve_runtime_device(options.device, "ONNX Runtime", lambda: gpu_unavailable(1))
+    engine = engine_for(options.engine, device, options.variant)
+    placement = Placement(engine, options.variant, device, False, options.lane_count, options.threads, profile_prefix)
+    if placement.on_gpu:  # the GPU's own graphs; one lane: its batches queue on one stream anyway
+        return replace(placement, for_gpu=True, lanes=1)
+    return placement
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

@@ -1,5 +1,6 @@
 """Where and how a model folder's engine runs, decided once: ``EngineOptions`` (what the user asked) resolved into a
-frozen ``Placement`` (what runs), as CTranslate2 resolves its compute type once, before a weight is read.
+frozen ``Placement`` (what runs; ``load.place`` resolves it), as CTranslate2 resolves its compute type once, before a
+weight is read.
 
 Every engine loads as ``load(folder, placement)`` and reads its choices off the placement's fields: which engine,
 on which device, whose graphs and state back end, the row of the table of weights, the lanes and threads. The
@@ -14,15 +15,13 @@ from dataclasses import dataclass, replace
 
 from aiayn.engines import DEVICE_NAMES, ONNX, ONNX_PORTABLE, TORCH, WEIGHTS, Weights
 from aiayn.engines.onnx.serving.spec import ServingOps
-from aiayn.engines.onnx.sessions import gpu_unavailable
-from aiayn.engines.options import EngineOptions
 
 CPU, GPU = "cpu", "cuda"  # the resolved devices (and ONNX Runtime's names for an OrtValue's device)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """What runs, resolved from ``EngineOptions`` by ``place`` (or, in the tests and scripts, built as it is: the
+    """What runs, resolved from ``EngineOptions`` by ``load.place`` (or, in the tests and scripts, built as it is: the
     defaults are the serving engine on the CPU, one lane of one thread)."""
 
     engine: str = ONNX  # the engine that runs: ONNX (the serving engine), ONNX_PORTABLE or TORCH
@@ -70,26 +69,6 @@ class Placement:
     def portable(self) -> Placement:
         """The exported contract graphs in the same place: what serves where the serving engine cannot."""
         return replace(self, engine=ONNX_PORTABLE)
-
-
-def place(options: EngineOptions, profile_prefix: str = "") -> Placement:
-    """The placement of ``options``: the device resolved (``auto``: a GPU where the engine's runtime really runs on
-    one), the engine the table of weights says runs the variant there, a GPU's one lane. A ValueError in one line
-    where nothing can run what was asked, naming what would."""
-    weights = WEIGHTS[options.variant]
-    if options.engine == TORCH:
-        from aiayn.engines.pytorch import gpu_problem as torch_gpu_problem
-
-        device = resolve_runtime_device(options.device, "PyTorch", torch_gpu_problem)
-    elif weights.serving.keys() == {CPU} and not weights.exported:
-        device = CPU if options.device == "auto" else options.device  # built for a CPU only: no GPU probe
-    else:
-        device = resolve_runtime_device(options.device, "ONNX Runtime", lambda: gpu_unavailable(1))
-    engine = engine_for(options.engine, device, options.variant)
-    placement = Placement(engine, options.variant, device, False, options.lane_count, options.threads, profile_prefix)
-    if placement.on_gpu:  # the GPU's own graphs; one lane: its batches queue on one stream anyway
-        return replace(placement, for_gpu=True, lanes=1)
-    return placement
 
 
 def resolve_runtime_device(asked: str, runtime: str, gpu_problem: Callable[[], str]) -> str:

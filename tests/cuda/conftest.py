@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.engines import placement
+from aiayn.engines import load
+from aiayn.engines.load import place
 from aiayn.engines.onnx.sessions import try_cuda
 from aiayn.engines.onnx.tiny_graphs import gather_model
 from aiayn.engines.options import EngineOptions
-from aiayn.engines.placement import Placement, place
+from aiayn.engines.placement import Placement
 
 DEVICE = os.environ.get("AIAYN_CUDA_TESTS_DEVICE", "cuda")  # cpu: the dry run only
 SENTENCES = int(os.environ.get("AIAYN_CUDA_TESTS_SENTENCES", "1000"))  # test_2016_flickr has 1000
@@ -49,7 +50,7 @@ def placed(device: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[EngineOpti
         if DEVICE == "cuda":
             return place(options)
         with monkeypatch.context() as probe:
-            probe.setattr(placement, "gpu_unavailable", lambda threads: "")
+            probe.setattr(load, "gpu_unavailable", lambda threads: "")
             return place(options).rehearsal()
 
     return on_the_gpu

@@ -7,9 +7,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.contract import IR_VERSION, OPSET
+from aiayn.engines import BLOCK_VARIANTS, WEIGHTS
 from aiayn.engines.onnx import block_quant
 from aiayn.engines.onnx.block_quant import (
-    VARIANTS,
     BlockScheme,
     dequantize_gather,
     dequantize_matmul,
@@ -21,7 +21,7 @@ from aiayn.engines.onnx.serving.kernel_rows import instruction_set, matmul_sessi
 
 MS_DOMAIN = "com.microsoft"
 SCHEMES = {
-    **VARIANTS,
+    **{variant: WEIGHTS[variant].block for variant in BLOCK_VARIANTS},
     "8-bit asymmetric": BlockScheme(bits=8, block_size=32, symmetric=False, accuracy_level=0),
     "4-bit symmetric": BlockScheme(bits=4, block_size=64, symmetric=True, accuracy_level=0),
     "4-bit fp32 compute": BlockScheme(bits=4, block_size=16, symmetric=False, accuracy_level=0),
@@ -78,12 +78,12 @@ def test_matmul_nbits_computes_with_the_dequantized_weight(name):
         np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", BLOCK_VARIANTS)
 def test_a_row_of_matmul_nbits_never_depends_on_the_other_rows(name):
     """int8 compute quantizes each row's activations on their own, so a row's result is the same bits in any batch
     whose rows are a multiple of this machine's row tile (``kernel_rows.row_multiple``, which the engine pads every
     batch to): slices of 1 to 16 rows, from even and odd rows, against the same rows inside a batch of 64."""
-    scheme = VARIANTS[name]
+    scheme = WEIGHTS[name].block
     where = f"ONNX Runtime {ort.__version__} on {instruction_set()}"
     multiple = row_multiple(scheme)
     assert multiple is not None, f"no row padding makes {name}'s MatMulNBits kernel row-independent, {where}"
@@ -108,7 +108,7 @@ def test_the_row_probe_names_the_instruction_set_and_warns_where_no_padding_help
     assert instruction_set(tmp_path / "none") == "an unknown instruction set (no /proc/cpuinfo)"
     assert kernel_rows.rows_for(None) == 1 and not capsys.readouterr().err
     monkeypatch.setattr(kernel_rows, "row_multiple", lambda scheme, threads: None)
-    assert kernel_rows.rows_for(VARIANTS["w4"]) == 1
+    assert kernel_rows.rows_for(WEIGHTS["w4"].block) == 1
     warning = capsys.readouterr().err
     assert warning.count("\n") == 1 and "4-bit MatMulNBits kernel on this CPU" in warning
 
@@ -129,7 +129,7 @@ def test_gather_block_quantized_returns_the_dequantized_rows(name):
 
 def test_a_table_must_be_whole_blocks_and_a_scheme_sound():
     with pytest.raises(ValueError, match="whole number"):
-        quantize_gather(np.zeros((4, 40), np.float32), VARIANTS["w8"])
+        quantize_gather(np.zeros((4, 40), np.float32), WEIGHTS["w8"].block)
     with pytest.raises(ValueError, match="power of two"):
         BlockScheme(bits=8, block_size=48, symmetric=True, accuracy_level=4)
     with pytest.raises(ValueError, match="4 or 8 bits"):
@@ -138,8 +138,8 @@ def test_a_table_must_be_whole_blocks_and_a_scheme_sound():
 
 def test_quantizing_in_chunks_of_rows_changes_nothing(monkeypatch):
     table = np.random.default_rng(3).normal(0, 1, (50, 256)).astype(np.float32)
-    whole = quantize_gather(table, VARIANTS["w4"])
+    whole = quantize_gather(table, WEIGHTS["w4"].block)
     monkeypatch.setattr(block_quant, "CHUNK_ROWS", 7)
-    chunked = quantize_gather(table, VARIANTS["w4"])
+    chunked = quantize_gather(table, WEIGHTS["w4"].block)
     for a, b in zip(whole.constants(), chunked.constants(), strict=True):
         np.testing.assert_array_equal(a, b)

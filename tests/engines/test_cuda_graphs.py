@@ -21,7 +21,7 @@ from aiayn.core import contract
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
 from aiayn.engines import ONNX, ONNX_PORTABLE, WEIGHTS
-from aiayn.engines.load import load_engine, translator_for
+from aiayn.engines.load import load_engine, place, translator_for
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID, DeviceBuffers
 from aiayn.engines.onnx.serving.engine import ServingEngine
@@ -30,7 +30,7 @@ from aiayn.engines.onnx.serving.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving.spec import HOST_READ, SCATTERED
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.engines.options import EngineOptions
-from aiayn.engines.placement import Placement, place
+from aiayn.engines.placement import Placement
 from aiayn.evaluation.metrics import score
 from aiayn.search.translator import SearchSettings
 

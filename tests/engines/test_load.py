@@ -11,8 +11,9 @@ import pytest
 from aiayn.core.contract import VARIANTS as EXPORTED_GRAPHS
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ENGINES, ONNX, ONNX_PORTABLE, SERVING_VARIANTS, TORCH, VARIANTS, WEIGHTS, load
+from aiayn.engines.load import place
 from aiayn.engines.options import EngineOptions
-from aiayn.engines.placement import engine_for, place
+from aiayn.engines.placement import engine_for
 
 
 def test_the_installed_engine_is_torch_where_pytorch_is_else_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,12 +87,11 @@ def test_one_table_says_what_runs_each_variant_or_what_would() -> None:
 def test_the_placement_says_where_and_how_each_engine_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """One decision, from the options: the device (auto: a GPU only where the runtime really runs on one; w8 never
     probes), the GPU's own graphs and its one lane, the CPU's lanes of threads."""
-    from aiayn.engines import placement
 
     probes: list[str] = []
 
     def gpu(problem: str) -> None:
-        monkeypatch.setattr(placement, "gpu_unavailable", lambda threads: probes.append("onnx") or problem)
+        monkeypatch.setattr(load, "gpu_unavailable", lambda threads: probes.append("onnx") or problem)
 
     gpu("no GPU here")
     on_cpu = place(EngineOptions(ONNX, "auto", "fp32", lanes=2, threads=2))

@@ -1,4 +1,4 @@
-"""The weight-only variants of the CPU engine (w8, w4: ``block_quant.VARIANTS``) end to end: they translate close
+"""The weight-only variants of the CPU engine (w8, w4: ``engines.BLOCK_VARIANTS``) end to end: they translate close
 to fp32, and a sentence's translation never depends on the sentences batched with it."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import pytest
 
 from aiayn.core.folder import ModelFolder
 from aiayn.data.multi30k import load_parallel
-from aiayn.engines import BLOCK_VARIANTS, ONNX
+from aiayn.engines import BLOCK_VARIANTS, ONNX, WEIGHTS
 from aiayn.engines.load import load_engine, translator_for
-from aiayn.engines.onnx.block_quant import VARIANTS
 from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.onnx.serving.host_buffers import HostBuffers
 from aiayn.engines.onnx.serving.kernel_rows import instruction_set, row_multiple
@@ -56,7 +55,7 @@ def test_batch_mates_change_no_bit_of_a_translation(
     very same outputs and log-probabilities, bit for bit, alone as in batches of 32 and of 5 (odd: 13 sentences
     make 13, and 5 + 5 + 3), while sentences leave a batch one by one (the spare rows of ``host_buffers.py``)."""
     where = f"{variant} on {instruction_set()}, rows padded to a multiple of {engine.buffers.row_multiple}"
-    assert row_multiple(VARIANTS[variant]) is not None, f"no padding makes the kernel row-independent: {where}"
+    assert row_multiple(WEIGHTS[variant].block) is not None, f"no padding makes the kernel row-independent: {where}"
     rng = np.random.default_rng(beam)
     eos = folder.config.special_tokens.eos
     src_ids = [[*rng.integers(4, folder.config.vocab_size, 6).tolist(), eos] for _ in range(13)]

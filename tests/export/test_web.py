@@ -26,7 +26,7 @@ from aiayn.bench.web import (
 )
 from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.block_quant import VARIANTS
+from aiayn.engines import BLOCK_VARIANTS
 from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE
 from aiayn.engines.options import EngineOptions
 from aiayn.export.npm import PACKAGES, matches
@@ -139,7 +139,7 @@ def variant_pages(
 ) -> Iterator[dict[str, tuple[Any, Path]]]:
     """en-de's folder in each weight-only variant, written and served, open in Chromium, with its folder."""
     sites = {}
-    for variant in VARIANTS:
+    for variant in BLOCK_VARIANTS:
         sites[variant] = tmp_path_factory.mktemp(variant)
         try:
             export_web(ModelFolder.open("en-de"), sites[variant], variant)
@@ -152,7 +152,7 @@ def variant_pages(
             page.close()
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", list(BLOCK_VARIANTS))
 @pytest.mark.parametrize("beam", [1, 4])
 def test_a_quantized_folder_translates_as_the_cli_variant(
     variant_pages: dict[str, tuple[Any, Path]], multi30k_dir: Path, variant: str, beam: int
@@ -167,7 +167,7 @@ def test_a_quantized_folder_translates_as_the_cli_variant(
     assert same >= 0.9 * len(lines)
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", list(BLOCK_VARIANTS))
 def test_batch_mates_change_nothing_in_a_quantized_folder(
     variant_pages: dict[str, tuple[Any, Path]], multi30k_dir: Path, variant: str
 ) -> None:

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE, VARIANT_KEY, kv_names
 from aiayn.core.folder import ModelFolder
-from aiayn.engines.onnx.block_quant import VARIANTS, QuantizedMatMul, dequantize_matmul, quantize_matmul
+from aiayn.engines import BLOCK_VARIANTS, WEIGHTS
+from aiayn.engines.onnx.block_quant import QuantizedMatMul, dequantize_matmul, quantize_matmul
 from aiayn.export.web_graphs import INT8_ACTIVATIONS, quantize_weights, write_browser_graphs
 
 
@@ -72,7 +73,7 @@ def test_fp32_graphs_compute_exactly_the_folders_and_store_each_weight_once(en_d
     assert sum(f.stat().st_size for f in (encoder, decoder, weights)) < folder_graphs - 0.9 * embedding_bytes
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", list(BLOCK_VARIANTS))
 def test_quantized_graphs_store_the_embedding_once_for_lookups_and_the_tied_projection(
     en_de: ModelFolder, tmp_path: Path, variant: str
 ) -> None:
@@ -84,7 +85,7 @@ def test_quantized_graphs_store_the_embedding_once_for_lookups_and_the_tied_proj
     assert all(node.domain in ("", "ai.onnx", "com.microsoft") for node in model.graph.node)
     assert not {"MatMulNBits", "GatherBlockQuantized"} & {node.op_type for node in model.graph.node}
     places = external_places(decoder)
-    blocks = f"model.embedding.weight.q{VARIANTS[variant].bits}"
+    blocks = f"model.embedding.weight.q{WEIGHTS[variant].block.bits}"
     assert places[blocks] == external_places(encoder)[blocks]  # one copy: both lookups and the projection
     assert not any("embedding.weight.fp16" in name for name in places)
     enc_feeds, dec_feeds = contract_feeds(en_de)
@@ -92,7 +93,7 @@ def test_quantized_graphs_store_the_embedding_once_for_lookups_and_the_tied_proj
     memory = session(encoder).run(["memory"], enc_feeds)[0]
     assert not np.array_equal(memory, session(en_de.onnx_file(ENCODER_FILE)).run(["memory"], enc_feeds)[0])
     # Every weight once at ``bits`` and its block scales: about bits/16 of model.safetensors' fp16 bytes.
-    assert weights.stat().st_size < (VARIANTS[variant].bits / 16 + 0.1) * en_de.weights_file.stat().st_size
+    assert weights.stat().st_size < (WEIGHTS[variant].block.bits / 16 + 0.1) * en_de.weights_file.stat().st_size
 
 
 def one_projection(weight: np.ndarray) -> onnx.ModelProto:
@@ -133,12 +134,12 @@ def matmul_nbits(x: np.ndarray, quantized: QuantizedMatMul, accuracy_level: int)
     return session(helper.make_model(graph, opset_imports=opsets, ir_version=8)).run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", list(BLOCK_VARIANTS))
 def test_the_weights_and_int8_activations_are_matmulnbits_own(variant: str) -> None:
     """The rewritten product (its weight dequantized by standard operators, its input made int8 by them, as
     onnxruntime-web runs it) has block_quant's very weight, and equals ONNX Runtime's MatMulNBits at the variant's
     accuracy level up to fp32 rounding; fp32 activations would not."""
-    scheme = VARIANTS[variant]
+    scheme = WEIGHTS[variant].block
     rng = np.random.default_rng(1)
     weight = rng.standard_normal((96, 128)).astype(np.float32)
     x = (rng.standard_normal((3, 5, 128)) * rng.uniform(0.1, 5, (3, 5, 1))).astype(np.float32)

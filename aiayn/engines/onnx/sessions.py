@@ -1,7 +1,7 @@
 """ONNX Runtime sessions for a model folder's graphs: options, devices, and the checks before a run.
 
 Devices: whether ONNX Runtime really runs a session on a GPU here is probed (``gpu_unavailable``, for the placement,
-``aiayn.engines.placement``), with ONNX Runtime's own load errors captured, not shown; a session is then opened where
+``aiayn.engines.load.place``), with ONNX Runtime's own load errors captured, not shown; a session is then opened where
 the placement says: on the CPU, or on the GPU or not at all (``DeviceUnavailable``). Every graph is checked against the
 contract (names, dtypes, fixed sizes) and against the folder it sits in (the
 hashes of the config and weights it was exported from).
@@ -16,7 +16,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
@@ -24,9 +23,7 @@ from aiayn.core.config import ModelConfig
 from aiayn.core.contract import CONFIG_FINGERPRINT_KEY, WEIGHTS_SHA256_KEY, GraphSpec
 from aiayn.core.folder import WEIGHTS_FILE
 from aiayn.engines.onnx.tiny_graphs import gather_model
-
-if TYPE_CHECKING:  # the placement imports this module's GPU probe
-    from aiayn.engines.placement import Placement
+from aiayn.engines.placement import Placement
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
