@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import replace
+from types import ModuleType
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
@@ -25,21 +26,26 @@ def installed_engine() -> str:
         return ONNX
 
 
+def pytorch_engine() -> ModuleType:
+    """The PyTorch engine's module, imported only for the torch engine (the serve path runs without PyTorch); one
+    line where PyTorch is missing."""
+    try:
+        from aiayn.engines import pytorch
+    except ImportError as err:
+        raise ValueError(
+            f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
+        ) from None
+    return pytorch
+
+
 def load_engine(folder: ModelFolder, where: EngineOptions | Placement, model: Any = None) -> Engine[Any]:
     """The step engine of a model folder, placed as ``where`` says (options are placed first: ``place``).
 
     ``model``: the torch engine over a model in memory instead of the folder's weights (training's validation, the
-    export's checks). PyTorch is imported only here and only for the torch engine, so the serve path runs without it.
-    """
+    export's checks)."""
     placement = where if isinstance(where, Placement) else place(where)
     if placement.engine == TORCH:
-        try:
-            from aiayn.engines.pytorch import TorchEngine
-        except ImportError as err:
-            raise ValueError(
-                f"the torch engine needs PyTorch ({err}): pip install -e '.[train]', or use the onnx engine"
-            ) from None
-        return TorchEngine.load(folder, placement, model)
+        return pytorch_engine().TorchEngine.load(folder, placement, model)
     from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
     from aiayn.engines.onnx.serving.engine import ServingEngine
 
@@ -75,9 +81,7 @@ def place(options: EngineOptions, profile_prefix: str = "") -> Placement:
     where nothing can run what was asked, naming what would."""
     weights = WEIGHTS[options.variant]
     if options.engine == TORCH:
-        from aiayn.engines.pytorch import gpu_problem as torch_gpu_problem
-
-        device = resolve_runtime_device(options.device, "PyTorch", torch_gpu_problem)
+        device = resolve_runtime_device(options.device, "PyTorch", pytorch_engine().gpu_problem)
     elif weights.serving.keys() == {CPU} and not weights.exported:
         device = CPU if options.device == "auto" else options.device  # built for a CPU only: no GPU probe
     else:
