@@ -16,7 +16,6 @@ from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 MAX_LINES = 250
-LINK = re.compile(r"\]\(([^)\s]+)\)")
 # The journey of training on your own pair, on files of invented sentences: a tiny model, a few steps.
 TINY = ["--max-steps", "3", "--warmup", "2", "--device", "cpu", "--max-tokens", "256"]
 TINY += [
@@ -32,12 +31,6 @@ def section(text: str, title: str) -> str:
     return text[start : end if end != -1 else len(text)]
 
 
-def anchors(markdown: str) -> set[str]:
-    """GitHub's anchors of a Markdown file's headings: lowercased, punctuation dropped, spaces as hyphens."""
-    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.M)
-    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
-
-
 def commands(text: str) -> list[list[str]]:
     """Every `aiayn ...` line of the bash blocks, continuation lines joined and comments dropped, as argv."""
     found = []
@@ -51,18 +44,6 @@ def commands(text: str) -> list[list[str]]:
 
 def test_the_readme_is_short() -> None:
     assert len(README.splitlines()) <= MAX_LINES
-
-
-def test_every_link_resolves() -> None:
-    for document in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for link in LINK.findall(document.read_text(encoding="utf-8")):
-            if link.startswith(("http://", "https://")):
-                continue
-            path, _, anchor = link.partition("#")
-            target = (document.parent / path).resolve() if path else document
-            assert target.exists(), f"{document.name}: {link}"
-            if anchor and target.suffix == ".md":
-                assert anchor in anchors(target.read_text(encoding="utf-8")), f"{document.name}: {link}"
 
 
 def test_every_command_parses() -> None:
