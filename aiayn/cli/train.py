@@ -13,11 +13,13 @@ from aiayn.cli.corpus import add_corpus_flags, corpus_sources
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import TRAINING_RECORD_FILE, ModelFolder
 from aiayn.train.options import DEFAULT_EPOCHS, TrainOptions
+from aiayn.train.progress import StopReason
 
-STOP_REASONS = {
-    "epochs": "its epochs were done",
-    "max-steps": "--max-steps was reached",
-    "time limit": "--time-limit was reached",
+# StrEnum members equal their text, so the reason training.json records finds its line here.
+STOP_REASONS: dict[str, str] = {
+    StopReason.EPOCHS: "its epochs were done",
+    StopReason.MAX_STEPS: "--max-steps was reached",
+    StopReason.TIME_LIMIT: "--time-limit was reached",
 }
 PRECISIONS = ("auto", "fp32", "bf16")  # train.precision's, named here so that --help needs no torch
 
@@ -115,7 +117,7 @@ def run_summary(folder: ModelFolder) -> list[str]:
     model = shlex.quote(str(folder.path))
     return [
         *lines,
-        f"it translates now: aiayn translate --model {model} \"A sentence.\" (or aiayn serve --model {model})",
+        f'it translates now: aiayn translate --model {model} "A sentence." (or aiayn serve --model {model})',
         f"next: aiayn export {model}  (the ONNX files for other runtimes, proven against PyTorch), then "
         f"aiayn eval --model {model} --test-files SRC REF",
     ]
@@ -135,6 +137,15 @@ def add_train(sub: Any) -> None:
         metavar="FIELD=VALUE",
         help="change one config field of the preset, e.g. --set dropout=0.3 (repeatable)",
     )
+    add_batch_flags(p)
+    add_optimizer_flags(p)
+    add_device_flag(p, "PyTorch")
+    add_run_flags(p)
+    p.set_defaults(func=cmd_train)
+
+
+def add_batch_flags(p: argparse.ArgumentParser) -> None:
+    """How much a run trains on, and how: epochs, batch size, accumulation, precision."""
     p.add_argument(
         "--epochs",
         type=positive_int,
@@ -155,6 +166,10 @@ def add_train(sub: Any) -> None:
         default="auto",
         help="auto: bf16 autocast on a GPU that has it, else fp32; bf16 on a CPU needs AVX512-BF16 or AMX",
     )
+
+
+def add_optimizer_flags(p: argparse.ArgumentParser) -> None:
+    """Eq. 3's schedule, §5.4's regularization, §6.1's averaging and the seed."""
     p.add_argument(
         "--lr-scale",
         type=float,
@@ -172,7 +187,10 @@ def add_train(sub: Any) -> None:
     p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm (default: no clipping)")
     p.add_argument("--average-last", type=int, default=0, help="average the last N (≥ 2) epoch checkpoints at the end")
     p.add_argument("--seed", type=int, default=1, help="random seed (initialisation, dropout, batch order)")
-    add_device_flag(p, "PyTorch")
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """Where a run starts and when it stops: --resume, checkpoints, limits, --init-from."""
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument(
         "--checkpoint-every",
@@ -196,4 +214,3 @@ def add_train(sub: Any) -> None:
         help="continue training a model folder or bundled model (its tokenizer, config and weights) into --out; "
         "with --resume, the run in --out already holds them",
     )
-    p.set_defaults(func=cmd_train)

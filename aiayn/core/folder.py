@@ -150,8 +150,8 @@ class ModelFolder:
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        folder = cls(path, {MODEL_SECTION: config.to_dict()})
         if isinstance(tokenizer, ModelFolder):
+            folder = cls.known(path, config, tokenizer.tokenizer)
             for source, target in (
                 (tokenizer.tokenizer_file, folder.tokenizer_file),
                 (tokenizer.target_tokenizer_file, folder.target_tokenizer_file),
@@ -162,10 +162,17 @@ class ModelFolder:
                     tmp.replace(target)
                 else:
                     target.unlink(missing_ok=True)  # a folder re-created from one with a single tokenizer
-            tokenizer = tokenizer.tokenizer
         else:
+            folder = cls.known(path, config, tokenizer)
             tokenizer.save(folder.tokenizer_file)
         folder.write_section(MODEL_SECTION, config.to_dict())
+        return folder
+
+    @classmethod
+    def known(cls, path: Path, config: ModelConfig, tokenizer: SubwordTokenizer) -> ModelFolder:
+        """The folder at ``path`` whose config and tokenizer are known already, nothing read or written: the one
+        ``create`` writes, or the one the first process of a run writes while the others train."""
+        folder = cls(path, {MODEL_SECTION: config.to_dict()})
         # the cached_property, already known, with this config's source prefix
         folder.__dict__["tokenizer"] = SubwordTokenizer(tokenizer.tokenizer, tokenizer.target, config.source_prefix)
         return folder

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from aiayn.core.folder import CLAUSES_SECTION, MODEL_SECTION, SEARCH_SECTION, VALIDATION_SAMPLE_PAIRS, ModelFolder
+from aiayn.core.folder import CLAUSES_SECTION, VALIDATION_SAMPLE_PAIRS, ModelFolder
 from aiayn.data.batching import BatchPlan, plan_batches
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
@@ -28,21 +27,13 @@ from aiayn.model.transformer import Transformer
 from aiayn.model.weights import load_folder_weights, load_state_strict, save_weights
 from aiayn.train.batches import to_tensors
 from aiayn.train.checkpoint import average_state_dicts, load_checkpoint, save_atomic
-from aiayn.train.corpus import clauses_section, prepared_languages, run_data
+from aiayn.train.corpus import clauses_section
 from aiayn.train.loss import SmoothedLoss
 from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
 from aiayn.train.precision import resolve_precision
-from aiayn.train.progress import Progress
+from aiayn.train.progress import Clock, Progress, StopReason
 from aiayn.train.record import write_record
-from aiayn.train.start import (
-    LAST_CHECKPOINT,
-    RESUME_FIX,
-    Start,
-    choose_start,
-    continued_config,
-    continued_search,
-    preset_config,
-)
+from aiayn.train.start import LAST_CHECKPOINT, RESUME_FIX, Start, choose_start, open_data_and_folder
 from aiayn.train.step import accumulate_gradients
 from aiayn.train.validate import calibrate_kept_weights, validate
 
@@ -91,7 +82,7 @@ def parent_summary(parent: ModelFolder) -> dict[str, Any]:
 
 
 class Trainer:
-    """One training run: the model, its optimizer and its ``Progress``, which checkpoints hold whole."""
+    """One training run: the model, its optimizer, its ``Progress`` and its ``Clock``, which checkpoints hold whole."""
 
     def __init__(self, options: TrainOptions, train: PairSource | None, val: PairSource | None) -> None:
         self.rank = int(os.environ.get("RANK", 0))
@@ -102,24 +93,12 @@ class Trainer:
         self.precision = resolve_precision(options.precision, self.device)
         start = choose_start(options.resume, Path(options.out), options.init_from)
         parent = ModelFolder.open(options.init_from) if start is Start.CONTINUE and options.init_from else None
-        self.data, self.folder = self.open_data_and_folder(start, options, train, val, parent)
+        self.data, self.folder = open_data_and_folder(start, options, train, val, parent, self.is_main)
         self.checkpoint_dir = self.folder.checkpoint_dir
         self.lengths = self.data.train.lengths()  # (pairs,) ×2, read once: batches are planned from them
-        if self.is_main:  # how long a sentence may get before the service splits it (text/clauses.py)
-            self.folder.write_section(CLAUSES_SECTION, clauses_section(self.lengths[0] + 1))
         self.plan: tuple[int, BatchPlan] | None = None  # (epoch, its batches), planned once per epoch
         if self.is_main:
-            tqdm.write(describe_counts(self.data))
-            small = self.data.record["counts"]["train"]["kept"]
-            if small < SMALL_CORPUS_PAIRS:
-                tqdm.write(
-                    f"warning: {small} training pairs is a small corpus (under {SMALL_CORPUS_PAIRS}): expect "
-                    "translations of sentences like the training ones at best, and little beyond them"
-                )
-            if start is not Start.RESUME and val is not None and val.describe().get("kind") != "multi30k":
-                # The user's own validation pairs, so that export and checks of the folder need no corpus (a
-                # resumed run's folder has them already).
-                self.folder.write_validation_sample(list(islice(val.pairs(), VALIDATION_SAMPLE_PAIRS)))
+            self.note_data(start, val)
 
         torch.manual_seed(options.seed)
         self.config = self.folder.config
@@ -127,6 +106,7 @@ class Trainer:
         # Fused: one kernel for all parameters instead of a loop over ~100 tensors (same update, to rounding).
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)
         self.progress = Progress(commands=[options.command])
+        self.clock = Clock()
         inherited: dict[str, Any] = {}  # the options of the run this one goes on from
         if start is Start.RESUME:
             last = self.checkpoint_dir / LAST_CHECKPOINT
@@ -153,45 +133,26 @@ class Trainer:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def open_data_and_folder(
-        self,
-        start: Start,
-        options: TrainOptions,
-        train: PairSource | None,
-        val: PairSource | None,
-        parent: ModelFolder | None,
-    ) -> tuple[PreparedData, ModelFolder]:
-        """The prepared data, and --out as a model folder: the run's own (resume), or written anew."""
-        into = ModelFolder(Path(options.out)).prepared_dir
-        preset = preset_config(options.preset, options.overrides)
-        if start is Start.RESUME:
-            folder = ModelFolder.open(options.out)
-            return run_data(options, into, train, val, folder.config, folder.tokenizer, self.is_main), folder
-        if parent is not None:
-            parent.require([parent.weights_file, parent.tokenizer_file], "--init-from needs a trained model folder")
-            # Another language pair or architecture is refused before any preparing.
-            langs = (train.src_lang, train.tgt_lang) if train is not None else prepared_languages(options)
-            config = continued_config(parent, options.overrides, *langs)
-            data = run_data(options, into, train, val, parent.config, parent.tokenizer, self.is_main)
-        else:
-            data = run_data(options, into, train, val, preset, None, self.is_main)
-            langs = {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
-            config = preset.replace(vocab_size=data.tokenizer.vocab_size, **langs)
-        if self.is_main:
-            if parent is None:
-                return data, ModelFolder.create(Path(options.out), config, data.tokenizer)
-            folder = ModelFolder.create(Path(options.out), config, parent)  # its very tokenizer files
-            search = continued_search(parent)
-            if search:  # an imported checkpoint's decoding defaults hold for its fine-tuned weights
-                folder.write_section(SEARCH_SECTION, search)
-            return data, folder
-        folder = ModelFolder(Path(options.out), {MODEL_SECTION: config.to_dict()})  # rank 0 writes it
-        folder.__dict__["tokenizer"] = data.tokenizer
-        return data, folder
+    def note_data(self, start: Start, val: PairSource | None) -> None:
+        """Say what the data holds, and keep in the folder what later steps need of it."""
+        # How long a sentence may get before the service splits it (text/clauses.py).
+        self.folder.write_section(CLAUSES_SECTION, clauses_section(self.lengths[0] + 1))
+        tqdm.write(describe_counts(self.data))
+        small = self.data.record["counts"]["train"]["kept"]
+        if small < SMALL_CORPUS_PAIRS:
+            tqdm.write(
+                f"warning: {small} training pairs is a small corpus (under {SMALL_CORPUS_PAIRS}): expect "
+                "translations of sentences like the training ones at best, and little beyond them"
+            )
+        if start is not Start.RESUME and val is not None and val.describe().get("kind") != "multi30k":
+            # The user's own validation pairs, so that export and checks of the folder need no corpus (a
+            # resumed run's folder has them already).
+            self.folder.write_validation_sample(list(islice(val.pairs(), VALIDATION_SAMPLE_PAIRS)))
 
     def state_dict(self) -> dict[str, Any]:
         return {
             **self.progress.to_dict(),
+            **self.clock.to_dict(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "cpu_rng": torch.get_rng_state(),
@@ -203,7 +164,7 @@ class Trainer:
         """Continue from a checkpoint; returns the options it was written with."""
         load_state_strict(self.model, state["model"], str(self.checkpoint_dir / LAST_CHECKPOINT))
         self.optimizer.load_state_dict(state["optimizer"])
-        self.progress = Progress.from_dict(state)
+        self.progress, self.clock = Progress.from_dict(state), Clock.from_dict(state)
         self.progress.commands = [*self.progress.commands, command]
         if self.is_main:
             tqdm.write(f"resuming from step {self.progress.step} (epoch {self.progress.epoch + 1})")
@@ -241,7 +202,6 @@ class Trainer:
         if self.options.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm)
         self.optimizer.step()
-        self.progress.step += 1
         return loss_sum.item() / tokens, tokens
 
     def save_checkpoint(self) -> None:
@@ -257,14 +217,14 @@ class Trainer:
 
     def planned_steps(self, steps_per_epoch: int) -> int | None:
         """The steps --epochs, --max-steps and --time-limit allow, or None while the time limit's pace is unknown."""
-        options, progress = self.options, self.progress
+        options, step = self.options, self.progress.step
         bounds = [options.max_steps] if options.max_steps is not None else []
         if options.epoch_limit is not None:
             bounds.append(options.epoch_limit * steps_per_epoch)
         if options.time_limit_minutes is not None:
-            if progress.step < PLAN_AFTER_STEPS:
+            if step < PLAN_AFTER_STEPS:
                 return None
-            seconds_per_step = progress.wall_seconds / progress.step
+            seconds_per_step = self.clock.wall_seconds / step
             bounds.append(int(options.time_limit_minutes * 60 / seconds_per_step))
         return min(bounds) if bounds else None
 
@@ -308,22 +268,22 @@ class Trainer:
         )
 
     def end_mid_epoch(self, steps_per_epoch: int) -> None:
-        """A run stopped inside an epoch (--max-steps) is validated where it stands, so its weights are kept too."""
+        """A run stopped inside an epoch (--max-steps, --time-limit) is validated where it stands, so that its
+        weights are kept too."""
         progress = self.progress
         validated_here = bool(progress.history) and progress.history[-1]["step"] == progress.step
         if not self.is_main or progress.step == 0 or validated_here:
             return
-        train_loss = progress.epoch_loss_sum / max(progress.epoch_tokens, 1)
         epoch = progress.epoch + progress.batch_in_epoch / max(steps_per_epoch, 1)
-        metrics = self.validate_and_keep_best(round(epoch, 3), train_loss, partial=True)
+        metrics = self.validate_and_keep_best(round(epoch, 3), progress.epoch_loss(), partial=True)
         tqdm.write(f"step {progress.step}: val loss {metrics['val_loss']:.3f}, val BLEU {metrics['val_bleu']:.2f}")
 
     def validate_and_keep_best(self, epoch: float, train_loss: float, partial: bool = False) -> dict[str, float]:
         progress = self.progress
         metrics = self.validate(self.model)
         entry = {"epoch": epoch, "step": progress.step, "train_loss": train_loss, **metrics}
-        entry["cpu_minutes"] = round(progress.cpu_seconds / 60, 2)
-        entry["wall_minutes"] = round(progress.wall_seconds / 60, 2)
+        entry["cpu_minutes"] = round(self.clock.cpu_seconds / 60, 2)
+        entry["wall_minutes"] = round(self.clock.wall_seconds / 60, 2)
         progress.history.append({**entry, **({"partial": True} if partial else {})})
         if metrics["val_bleu"] >= progress.best_bleu:  # on a tie the later, longer-trained weights win
             progress.best_bleu = metrics["val_bleu"]
@@ -336,14 +296,14 @@ class Trainer:
     def write_record(self) -> None:
         if not self.is_main:
             return
-        progress = self.progress
+        progress, clock = self.progress, self.clock
         write_record(
             self.folder,
             {
                 "commands": progress.commands,
                 "seed": self.options.seed,
                 "options": self.options.to_dict(),
-                "wall_seconds": round(progress.wall_seconds, 1),
+                "wall_seconds": round(clock.wall_seconds, 1),
                 "steps": progress.step,
                 "schedule_steps": progress.schedule_offset + progress.step,  # where eq. 3 stands, parents included
                 "parameters": self.model.num_parameters(),
@@ -352,7 +312,7 @@ class Trainer:
                 "best_val_bleu": progress.best_bleu,
                 "epochs": progress.history,
                 "stopped_by": progress.stopped_by,
-                "cpu_seconds": round(progress.cpu_seconds, 1),
+                "cpu_seconds": round(clock.cpu_seconds, 1),
                 "fitted_schedule": progress.fitted_schedule,
                 "averaged": progress.averaged,
                 "parent": progress.parent,
@@ -360,75 +320,79 @@ class Trainer:
         )
 
     def run(self) -> None:
-        """Train until --epochs, --max-steps or --time-limit stops the run, checkpointing so that a kill loses
-        little; ``progress.stopped_by`` says which."""
-        options, progress = self.options, self.progress
+        """Train until its epochs are done or --max-steps or --time-limit stops the run, checkpointing so that a
+        kill loses little; then validate where it stopped, average (§6.1) and record which of the three it was."""
+        options, progress, clock = self.options, self.progress, self.clock
         steps_per_epoch = len(self.epoch_updates())
         self.plan_schedule(steps_per_epoch)
-        bar = tqdm(
-            total=self.planned_steps(steps_per_epoch),
-            initial=progress.step,
-            disable=not self.is_main,
-            unit="step",
-            dynamic_ncols=True,
-        )
+        planned = self.planned_steps(steps_per_epoch)
+        bar = tqdm(total=planned, initial=progress.step, disable=not self.is_main, unit="step", dynamic_ncols=True)
         self.model.train()
         self.write_record()  # with this run's command, even if it is killed before its first epoch ends
-        progress.stopped_by = self.train_epochs(steps_per_epoch, bar)
-        bar.close()
-        if progress.stopped_by in ("max-steps", "time limit"):
-            self.end_mid_epoch(steps_per_epoch)
-        self.save_checkpoint()
-        if options.average_last > 1 and progress.stopped_by != "max-steps":
-            self.average_and_keep_if_better(options.average_last)
-        if self.is_main and self.folder.weights_file.is_file():  # when an unsure translation is flagged
-            calibrate_kept_weights(self.folder, self.data, self.device)
-        self.write_record()
-
-    def train_epochs(self, steps_per_epoch: int, bar: tqdm) -> str:
-        """Epochs of updates; returns what stopped them."""
-        options, progress = self.options, self.progress
-        while options.epoch_limit is None or progress.epoch < options.epoch_limit:
-            if self.out_of_time():
-                return "time limit"
-            if options.max_steps is not None and progress.step >= options.max_steps:
-                return "max-steps"
-            started, cpu_started = time.perf_counter(), time.process_time()
+        stop = self.stop_before_epoch()
+        while stop is None:
+            clock.restart()
             for update in self.epoch_updates()[progress.batch_in_epoch :]:
                 loss, tokens = self.train_step(update)
-                progress.epoch_loss_sum += loss * tokens
-                progress.epoch_tokens += tokens
-                progress.batch_in_epoch += 1
-                elapsed = time.perf_counter() - started
-                progress.wall_seconds += elapsed
-                progress.cpu_seconds += time.process_time() - cpu_started
-                started, cpu_started = time.perf_counter(), time.process_time()
+                progress.count_update(loss, tokens)
+                seconds = clock.tick()
                 self.plan_schedule(steps_per_epoch)
                 bar.update(1)
                 bar.set_postfix(
                     loss=f"{loss:.3f}",
                     lr=f"{self.optimizer.param_groups[0]['lr']:.2e}",
-                    tok_s=f"{tokens * self.world_size / max(elapsed, 1e-9):.0f}",
+                    tok_s=f"{tokens * self.world_size / max(seconds, 1e-9):.0f}",
                     epoch=progress.epoch + 1,
                 )
                 if progress.step % options.checkpoint_every == 0:
                     self.save_checkpoint()
-                if options.max_steps is not None and progress.step >= options.max_steps:
-                    return "max-steps"
-                if self.out_of_time():  # an epoch of a large corpus may take hours: the limit holds within one
-                    return "time limit"
+                stop = self.stop_after_update()
+                if stop is not None:
+                    break
+            if stop is not None:  # inside the epoch, which is left open for --resume to finish
+                break
             self.end_epoch(progress.end_epoch())
-            progress.wall_seconds += time.perf_counter() - started
-            progress.cpu_seconds += time.process_time() - cpu_started
+            clock.tick()  # validating is part of the training time a --time-limit allows
             self.save_checkpoint()
             self.write_record()
-        return "epochs"
+            stop = self.stop_before_epoch()
+        bar.close()
+
+        progress.stopped_by = stop.value
+        if stop is not StopReason.EPOCHS:
+            self.end_mid_epoch(steps_per_epoch)
+        self.save_checkpoint()
+        if options.average_last > 1 and stop is not StopReason.MAX_STEPS:
+            self.average_and_keep_if_better(options.average_last)
+        if self.is_main and self.folder.weights_file.is_file():  # when an unsure translation is flagged
+            calibrate_kept_weights(self.folder, self.data, self.device)
+        self.write_record()
+
+    def stop_before_epoch(self) -> StopReason | None:
+        """What ends the run before its next epoch, if anything: its epochs done, the time the last one's
+        validation took, or a limit met before --resume took the run up."""
+        epochs = self.options.epoch_limit
+        if epochs is not None and self.progress.epoch >= epochs:
+            return StopReason.EPOCHS
+        if self.out_of_time():
+            return StopReason.TIME_LIMIT
+        return StopReason.MAX_STEPS if self.steps_done() else None
+
+    def stop_after_update(self) -> StopReason | None:
+        """What ends the run after the update just made, if anything: an epoch of a large corpus may take hours,
+        so the time limit holds within one."""
+        if self.steps_done():
+            return StopReason.MAX_STEPS
+        return StopReason.TIME_LIMIT if self.out_of_time() else None
+
+    def steps_done(self) -> bool:
+        return self.options.max_steps is not None and self.progress.step >= self.options.max_steps
 
     def out_of_time(self) -> bool:
         limit = self.options.time_limit_minutes
         if limit is None:
             return False
-        late = self.progress.wall_seconds >= limit * 60
+        late = self.clock.wall_seconds >= limit * 60
         if self.world_size > 1:  # rank 0's clock decides, so that every rank stops after the same step
             flag = torch.tensor([float(late)], device=self.device)
             dist.broadcast(flag, src=0)

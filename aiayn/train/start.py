@@ -1,7 +1,8 @@
 """How a run starts: new, resumed from its own checkpoint, or continued from another model folder.
 
-``choose_start`` is a pure function of the options and what is on disk; the
-trainer then builds the model, tokenizer and progress for that case.
+``choose_start`` is a pure function of the options and what is on disk;
+``open_data_and_folder`` then prepares the data and opens or writes --out for
+that case, and the trainer builds the model and its progress.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from typing import Any
 
 from aiayn.core.config import PRESETS, ModelConfig
 from aiayn.core.folder import CHECKPOINT_DIR, SEARCH_SECTION, ModelFolder
+from aiayn.data.prepare import PreparedData
+from aiayn.data.sources import PairSource
+from aiayn.train.corpus import prepared_languages, run_data
+from aiayn.train.options import TrainOptions
 
 LAST_CHECKPOINT = "last.pt"
 # --resume has only last.pt to go on from (the epoch checkpoints hold weights alone), so without it the run
@@ -83,3 +88,38 @@ def continued_search(parent: ModelFolder) -> dict[str, Any]:
     if "tuned_on" not in section:
         return section
     return {key: value for key, value in section.items() if key not in TUNED_SEARCH_KEYS}
+
+
+def open_data_and_folder(
+    start: Start,
+    options: TrainOptions,
+    train: PairSource | None,
+    val: PairSource | None,
+    parent: ModelFolder | None,
+    is_main: bool,
+) -> tuple[PreparedData, ModelFolder]:
+    """The prepared data, and --out as a model folder: the run's own (resume), or written anew."""
+    into = ModelFolder(Path(options.out)).prepared_dir
+    preset = preset_config(options.preset, options.overrides)
+    if start is Start.RESUME:
+        folder = ModelFolder.open(options.out)
+        return run_data(options, into, train, val, folder.config, folder.tokenizer, is_main), folder
+    if parent is not None:
+        parent.require([parent.weights_file, parent.tokenizer_file], "--init-from needs a trained model folder")
+        # Another language pair or architecture is refused before any preparing.
+        langs = (train.src_lang, train.tgt_lang) if train is not None else prepared_languages(options)
+        config = continued_config(parent, options.overrides, *langs)
+        data = run_data(options, into, train, val, parent.config, parent.tokenizer, is_main)
+    else:
+        data = run_data(options, into, train, val, preset, None, is_main)
+        langs = {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
+        config = preset.replace(vocab_size=data.tokenizer.vocab_size, **langs)
+    if is_main:
+        if parent is None:
+            return data, ModelFolder.create(Path(options.out), config, data.tokenizer)
+        folder = ModelFolder.create(Path(options.out), config, parent)  # its very tokenizer files
+        search = continued_search(parent)
+        if search:  # an imported checkpoint's decoding defaults hold for its fine-tuned weights
+            folder.write_section(SEARCH_SECTION, search)
+        return data, folder
+    return data, ModelFolder.known(Path(options.out), config, data.tokenizer)  # rank 0 writes it
