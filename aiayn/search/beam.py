@@ -45,6 +45,59 @@ def length_penalty_of(length: int, alpha: float, normalization: str = "gnmt") ->
     )
 
 
+@dataclass(frozen=True)
+class Beams:
+    """The live beams of the sentences still searched: row r of each array is the r-th active sentence."""
+
+    active: np.ndarray  # (n,) the sentences still searched
+    scores: np.ndarray  # (n, k) log-probabilities of the live beams, -inf for a dead one
+    tokens: np.ndarray  # (n, k, length - 1)
+    token_log_probs: np.ndarray  # (n, k, length - 1) each token's, as the step that chose it gave it
+
+    @classmethod
+    def start(cls, batch: int, k: int) -> Beams:
+        scores = np.full((batch, k), -np.inf)
+        scores[:, 0] = 0.0  # one live beam at first, so that the beams do not start as copies
+        return cls(np.arange(batch), scores, np.zeros((batch, k, 0), dtype=np.int64), np.zeros((batch, k, 0)))
+
+    def rows(self, keep: np.ndarray) -> Beams:
+        """The sentences of ``keep`` (n,) only."""
+        return Beams(self.active[keep], self.scores[keep], self.tokens[keep], self.token_log_probs[keep])
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Each active sentence's best continuations of its beams, best first: (n, m) each, m ≤ 2k."""
+
+    log_prob: np.ndarray  # the beam's log-probability with the token's added
+    parent: np.ndarray  # the beam each continues
+    token: np.ndarray
+    token_log_prob: np.ndarray  # the token's own
+    ends: np.ndarray  # the </s> candidates that rank in the beam
+    takes: np.ndarray  # the live candidates that rank in the beam
+    slot: np.ndarray  # the beam a live candidate takes where it ``takes`` one
+
+
+class Finished:
+    """Each sentence's finished hypotheses, and how many of them </s> ended."""
+
+    def __init__(self, batch: int) -> None:
+        self.hypotheses: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.ended = np.zeros(batch, dtype=np.int64)  # (batch,)
+
+    def add(
+        self, sentence: int, tokens: np.ndarray, token_log_probs: np.ndarray, log_prob: float, ended: bool, lp: float
+    ) -> None:
+        """A hypothesis of ``tokens`` (length,), ranked by ``log_prob`` over the length penalty ``lp``."""
+        self.hypotheses[sentence].append(
+            Hypothesis(tokens.tolist(), log_prob, ended, token_log_probs.tolist(), log_prob / lp)
+        )
+        self.ended[sentence] += ended
+
+    def best(self, k: int) -> list[list[Hypothesis]]:
+        return [sorted(hyps, key=lambda h: -h.score)[:k] for hyps in self.hypotheses]
+
+
 def beam_search_nbest(
     model: StepModel[Any],
     src_ids: np.ndarray,
@@ -60,79 +113,93 @@ def beam_search_nbest(
     real source length + 50. </s> cannot end a hypothesis of fewer than ``min_len`` tokens.
     Done sentences are dropped from the decoder state.
     """
-    batch, k, eos = src_ids.shape[0], beam_size, model.eos_id
+    batch, k = src_ids.shape[0], beam_size
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    finished = Finished(batch)
     # State rows are sentence-major: row r * k + b is beam b of the r-th active sentence.
     state = model.select(model.start(src_ids), np.repeat(np.arange(batch), k))
-    active = np.arange(batch)  # (n,) the sentences still searched
-    scores = np.full((batch, k), -np.inf)  # (n, k) log-probabilities of the live beams
-    scores[:, 0] = 0.0  # one live beam at first, so that the beams do not start as copies
-    tokens = np.zeros((batch, k, 0), dtype=np.int64)  # (n, k, length - 1)
-    token_log_probs = np.zeros((batch, k, 0))  # (n, k, length - 1) each token's, as the step that chose it gave it
+    beams = Beams.start(batch, k)
     last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
-    finished_count = np.zeros(batch, dtype=np.int64)  # (batch,) each sentence's hypotheses ended by </s>
     for length in range(1, int(limits.max()) + 1):
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
         top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k, length > min_len)  # (n * k, kk)
-        n, kk = active.size, top_ids.shape[1]
-        row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
-        candidates = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
-        # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
-        # scores the column order is the (beam, token) order: ties break as over the whole vocabulary.
-        # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
-        flat = top_columns(candidates, min(2 * k, k * kk))  # (n, m)
-        top = candidates[row, flat]  # (n, m)
-        parent = flat // kk  # (n, m)
-        token = top_ids.reshape(n, k * kk)[row, flat]  # (n, m)
-        step_log_prob = top_log_probs.reshape(n, k * kk)[row, flat]  # (n, m) the candidate token's own
-        possible, is_eos = np.isfinite(top), token == eos
-        live = possible & ~is_eos
-        live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
-        in_beam = live_rank - live < k  # (n, m) fewer than k live candidates better than each
-        penalty = length_penalty_of(length, length_penalty, length_normalization)
-        ends = possible & is_eos & in_beam  # (n, m) the </s> candidates that rank in the beam
-        if ends.any():
-            for r, c in zip(*np.nonzero(ends), strict=True):
-                log_prob = float(top[r, c])
-                own = token_log_probs[r, parent[r, c]].tolist()
-                hypothesis = Hypothesis(tokens[r, parent[r, c]].tolist(), log_prob, True, own, log_prob / penalty)
-                finished[active[r]].append(hypothesis)
-                finished_count[active[r]] += 1
-        rows, cols = np.nonzero(live & in_beam)
-        slot = live_rank[rows, cols] - 1  # (live ones,) the beam each live candidate takes
-        beams = np.zeros((n, k), dtype=np.int64)  # (n, k) parent of each new beam; dead ones copy beam 0
-        scores = np.full((n, k), -np.inf)
-        new_tokens = np.full((n, k), eos, dtype=np.int64)  # dead beams are fed </s>, their outputs ignored
-        new_log_probs = np.zeros((n, k))
-        beams[rows, slot] = parent[rows, cols]
-        scores[rows, slot] = top[rows, cols]
-        new_tokens[rows, slot] = token[rows, cols]
-        new_log_probs[rows, slot] = step_log_prob[rows, cols]
-        tokens = np.concatenate([tokens[row, beams], new_tokens[:, :, None]], axis=2)
-        token_log_probs = np.concatenate([token_log_probs[row, beams], new_log_probs[:, :, None]], axis=2)
-
-        at_limit = limits[active] <= length  # (n,)
-        if at_limit.any():
-            for r in np.flatnonzero(at_limit):
-                live_beams = np.flatnonzero(np.isfinite(scores[r]))
-                finished[active[r]] += [
-                    Hypothesis(
-                        tokens[r, b].tolist(),
-                        float(scores[r, b]),
-                        False,
-                        token_log_probs[r, b].tolist(),
-                        float(scores[r, b] / penalty),
-                    )
-                    for b in live_beams
-                ]
-        going = ~at_limit & (finished_count[active] < k) & np.isfinite(scores[:, 0])  # (n,) slot 0 is live if any is
+        candidates = ranked_candidates(beams.scores, top_log_probs, top_ids, model.eos_id)
+        lp = length_penalty_of(length, length_penalty, length_normalization)
+        finish_ended(finished, beams, candidates, lp)
+        beams, parents = advance(beams, candidates, model.eos_id)
+        at_limit = limits[beams.active] <= length  # (n,)
+        finish_at_limit(finished, beams, at_limit, lp)
+        # (n,) slot 0 is live if any is
+        going = ~at_limit & (finished.ended[beams.active] < k) & np.isfinite(beams.scores[:, 0])
         if not going.any():
             break
-        state = model.select(state, (np.flatnonzero(going)[:, None] * k + beams[going]).reshape(-1))
-        active, scores, tokens, token_log_probs = active[going], scores[going], tokens[going], token_log_probs[going]
-        last = tokens[:, :, -1].reshape(-1, 1)
-    return [sorted(hyps, key=lambda h: -h.score)[:k] for hyps in finished]
+        state = model.select(state, (np.flatnonzero(going)[:, None] * k + parents[going]).reshape(-1))
+        beams = beams.rows(going)
+        last = beams.tokens[:, :, -1].reshape(-1, 1)
+    return finished.best(k)
+
+
+def ranked_candidates(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int) -> Candidates:
+    """Each sentence's best 2k continuations of its beams (``scores``, (n, k)) by each beam's best tokens
+    (``top_ids`` and ``top_log_probs``, (n * k, kk)), best first: which of them end, which take the next k beams."""
+    (n, k), kk = scores.shape, top_ids.shape[1]
+    row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
+    every = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
+    # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
+    # scores the column order is the (beam, token) order: ties break as over the whole vocabulary.
+    # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
+    flat = top_columns(every, min(2 * k, k * kk))  # (n, m)
+    log_prob, token = every[row, flat], top_ids.reshape(n, k * kk)[row, flat]  # (n, m) each
+    possible, is_eos = np.isfinite(log_prob), token == eos
+    live = possible & ~is_eos
+    live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
+    in_beam = live_rank - live < k  # (n, m) fewer than k live candidates better than each
+    return Candidates(
+        log_prob=log_prob,
+        parent=flat // kk,
+        token=token,
+        token_log_prob=top_log_probs.reshape(n, k * kk)[row, flat],
+        ends=possible & is_eos & in_beam,
+        takes=live & in_beam,
+        slot=live_rank - 1,
+    )
+
+
+def finish_ended(finished: Finished, beams: Beams, candidates: Candidates, lp: float) -> None:
+    """The hypotheses that </s> ends among the candidates that rank in the beam (</s> itself not in the tokens)."""
+    for r, c in zip(*np.nonzero(candidates.ends), strict=True):
+        parent = candidates.parent[r, c]
+        tokens, own = beams.tokens[r, parent], beams.token_log_probs[r, parent]
+        finished.add(beams.active[r], tokens, own, float(candidates.log_prob[r, c]), True, lp)
+
+
+def advance(beams: Beams, candidates: Candidates, eos: int) -> tuple[Beams, np.ndarray]:
+    """The beams one token longer, each sentence's live candidates in rank order, and the parent of each new beam
+    (n, k). A sentence with fewer than k live candidates keeps dead beams: they copy beam 0, scored -inf."""
+    n, k = beams.scores.shape
+    row = np.arange(n)[:, None]  # (n, 1)
+    rows, cols = np.nonzero(candidates.takes)
+    slot = candidates.slot[rows, cols]  # (live ones,)
+    parents = np.zeros((n, k), dtype=np.int64)
+    scores = np.full((n, k), -np.inf)
+    new_tokens = np.full((n, k), eos, dtype=np.int64)  # dead beams are fed </s>, their outputs ignored
+    new_log_probs = np.zeros((n, k))
+    parents[rows, slot] = candidates.parent[rows, cols]
+    scores[rows, slot] = candidates.log_prob[rows, cols]
+    new_tokens[rows, slot] = candidates.token[rows, cols]
+    new_log_probs[rows, slot] = candidates.token_log_prob[rows, cols]
+    tokens = np.concatenate([beams.tokens[row, parents], new_tokens[:, :, None]], axis=2)
+    token_log_probs = np.concatenate([beams.token_log_probs[row, parents], new_log_probs[:, :, None]], axis=2)
+    return Beams(beams.active, scores, tokens, token_log_probs), parents
+
+
+def finish_at_limit(finished: Finished, beams: Beams, at_limit: np.ndarray, lp: float) -> None:
+    """The live beams of the sentences ``at_limit`` (n,), finished as they are, without </s>."""
+    for r in np.flatnonzero(at_limit):
+        for b in np.flatnonzero(np.isfinite(beams.scores[r])):
+            finished.add(
+                beams.active[r], beams.tokens[r, b], beams.token_log_probs[r, b], float(beams.scores[r, b]), False, lp
+            )
 
 
 def beam_search(
