@@ -223,11 +223,29 @@ def best_bleu(folder: ModelFolder) -> str | None:
     return None if bleu is None else f"{float(bleu):.2f}"
 
 
+def hub_name(config: ModelConfig) -> str:
+    return HUB_NAME.format(src=config.src_lang, tgt=config.tgt_lang)
+
+
 def model_card(folder: ModelFolder, difference: str, folded: bool, transformers_js: bool = False) -> str:
     """README.md: the Hub's front matter, what the model knows, how to load it and how it differs from ours."""
+    config, name = folder.config, hub_name(folder.config)
+    lines = [
+        *card_summary(folder),
+        *card_use(folder, name, folded),
+        *(card_source_prefix(folder) if config.source_prefix else []),
+        *(card_transformers_js(name) if transformers_js else []),
+        *(CARD_TARGET_TOKENIZER if (folder.path / TARGET_TOKENIZER_FILE).is_file() else []),
+        *(card_folded_start(config) if folded else []),
+        *card_from_aiayn(config, difference),
+    ]
+    return "---\n" + "\n".join(front_matter(folder)) + "\n---\n\n" + "\n".join(lines)
+
+
+def front_matter(folder: ModelFolder) -> list[str]:
+    """The Hub's metadata: library, task, languages, and an imported checkpoint's licence and Hub origin."""
     config, imported = folder.config, folder.section(IMPORTED_SECTION)
-    target = f" --tgt {config.tgt_lang}" if config.source_prefix else ""
-    front = [
+    return [
         "library_name: transformers",
         "pipeline_tag: translation",
         f"language:\n  - {config.src_lang}\n  - {config.tgt_lang}",
@@ -235,9 +253,12 @@ def model_card(folder: ModelFolder, difference: str, folded: bool, transformers_
         *([f"license: {imported['license']}"] if imported.get("license") else []),
         *([f"base_model: {imported['from']}"] if imported.get("hub") else []),
     ]
-    bleu = best_bleu(folder)
-    name = HUB_NAME.format(src=config.src_lang, tgt=config.tgt_lang)
-    lines = [
+
+
+def card_summary(folder: ModelFolder) -> list[str]:
+    """The heading, what the model knows (and its BLEU while training, where it was trained) and its sizes."""
+    config, bleu = folder.config, best_bleu(folder)
+    return [
         f"# {config.src_lang} → {config.tgt_lang}",
         "",
         f"A Transformer (*Attention Is All You Need*) {folder.provenance()}"
@@ -245,6 +266,12 @@ def model_card(folder: ModelFolder, difference: str, folded: bool, transformers_
         f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
         f"{config.n_heads} heads, d_ff {config.d_ff}, a vocabulary of {config.vocab_size} shared by both sides.",
         "",
+    ]
+
+
+def card_use(folder: ModelFolder, name: str, folded: bool) -> list[str]:
+    """Loading and translating with transformers, and what the folder's tokenizer and generation config hold."""
+    return [
         "## Use",
         "",
         "```python",
@@ -262,58 +289,72 @@ def model_card(folder: ModelFolder, difference: str, folded: bool, transformers_
         "penalty the model was tuned with.",
         "",
     ]
-    if config.source_prefix:
-        prefix = " ".join(folder.tokenizer.id_to_token(i) for i in config.source_prefix)
-        lines += [
-            f"It translates into {config.tgt_lang} only: its vocabulary holds the tokens of several target "
-            f"languages, and tokenizer.json puts `{prefix}` before every source by itself, where OPUS-MT's "
-            f"tokenizer expects the text to start with it. Do not add it to the text as well.",
-            "",
-        ]
-    if transformers_js:
-        lines += [
-            "In JavaScript, transformers.js runs the ONNX graphs in `onnx/` (fp32; `config.json` says so):",
-            "",
-            "```js",
-            'import { AutoModelForSeq2SeqLM, AutoTokenizer } from "@huggingface/transformers";',
-            "",
-            f'const tokenizer = await AutoTokenizer.from_pretrained("{name}");',
-            f'const model = await AutoModelForSeq2SeqLM.from_pretrained("{name}");',
-            'const inputs = await tokenizer(["A sentence."], { padding: true });',
-            "const ids = await model.generate({ ...inputs, num_beams: 1, max_new_tokens: 64 });",
-            "console.log(tokenizer.batch_decode(ids, { skip_special_tokens: true }));",
-            "```",
-            "",
-            "The graphs compute the aiayn model itself (its LayerNorm ε included); the decoder graph projects the "
-            "cross-attention's keys and values at every step rather than caching them.",
-            "",
-        ]
-    if (folder.path / TARGET_TOKENIZER_FILE).is_file():
-        lines += [
-            f"The target side has its own tokenizer, `{TARGET_TOKENIZER_FILE}` (load it with "
-            "`PreTrainedTokenizerFast(tokenizer_file=...)` to encode labels for fine-tuning); translating needs "
-            "only `tokenizer.json`.",
-            "",
-        ]
-    if folded:
-        start = decoder_start(config, folded)
-        lines += [
-            f"The decoder starts from id {start}, a row of zeros after the tokenizer's {config.vocab_size} tokens "
-            "(never generated), as Marian's own models start from theirs, and `<s>`'s embedding, which the aiayn "
-            "model starts from, is folded into row 0 of the decoder's position table, stored in `model.safetensors`. "
-            "So CTranslate2's `ct2-transformers-converter` converts it as it is. transformers' `save_pretrained` "
-            "does not save that table (it recomputes it on loading): a copy saved by it starts differently, so "
-            "share this folder's own `model.safetensors`.",
-            "",
-        ]
-    lines += [
+
+
+def card_source_prefix(folder: ModelFolder) -> list[str]:
+    """A multi-target folder's one target, whose token tokenizer.json adds by itself."""
+    config = folder.config
+    prefix = " ".join(folder.tokenizer.id_to_token(i) for i in config.source_prefix)
+    return [
+        f"It translates into {config.tgt_lang} only: its vocabulary holds the tokens of several target "
+        f"languages, and tokenizer.json puts `{prefix}` before every source by itself, where OPUS-MT's "
+        f"tokenizer expects the text to start with it. Do not add it to the text as well.",
+        "",
+    ]
+
+
+def card_transformers_js(name: str) -> list[str]:
+    """Translating in JavaScript with the graphs of ``onnx/``."""
+    return [
+        "In JavaScript, transformers.js runs the ONNX graphs in `onnx/` (fp32; `config.json` says so):",
+        "",
+        "```js",
+        'import { AutoModelForSeq2SeqLM, AutoTokenizer } from "@huggingface/transformers";',
+        "",
+        f'const tokenizer = await AutoTokenizer.from_pretrained("{name}");',
+        f'const model = await AutoModelForSeq2SeqLM.from_pretrained("{name}");',
+        'const inputs = await tokenizer(["A sentence."], { padding: true });',
+        "const ids = await model.generate({ ...inputs, num_beams: 1, max_new_tokens: 64 });",
+        "console.log(tokenizer.batch_decode(ids, { skip_special_tokens: true }));",
+        "```",
+        "",
+        "The graphs compute the aiayn model itself (its LayerNorm ε included); the decoder graph projects the "
+        "cross-attention's keys and values at every step rather than caching them.",
+        "",
+    ]
+
+
+CARD_TARGET_TOKENIZER = [
+    f"The target side has its own tokenizer, `{TARGET_TOKENIZER_FILE}` (load it with "
+    "`PreTrainedTokenizerFast(tokenizer_file=...)` to encode labels for fine-tuning); translating needs "
+    "only `tokenizer.json`.",
+    "",
+]
+
+
+def card_folded_start(config: ModelConfig) -> list[str]:
+    """Where a folded start begins, and why only this folder's own weights keep it."""
+    return [
+        f"The decoder starts from id {decoder_start(config, True)}, a row of zeros after the tokenizer's "
+        f"{config.vocab_size} tokens (never generated), as Marian's own models start from theirs, and `<s>`'s "
+        "embedding, which the aiayn model starts from, is folded into row 0 of the decoder's position table, stored "
+        "in `model.safetensors`. So CTranslate2's `ct2-transformers-converter` converts it as it is. transformers' "
+        "`save_pretrained` does not save that table (it recomputes it on loading): a copy saved by it starts "
+        "differently, so share this folder's own `model.safetensors`.",
+        "",
+    ]
+
+
+def card_from_aiayn(config: ModelConfig, difference: str) -> list[str]:
+    """How the folder was written, how to import it back, and how it differs from the aiayn folder."""
+    target = f" --tgt {config.tgt_lang}" if config.source_prefix else ""
+    return [
         "## From aiayn",
         "",
         f"Written by aiayn's `aiayn export MODEL --to transformers`; `aiayn import DIR --out FOLDER{target}` "
         f"gives the aiayn folder back. {difference}",
         "",
     ]
-    return "---\n" + "\n".join(front) + "\n---\n\n" + "\n".join(lines)
 
 
 def epsilon_note(config: ModelConfig, measured: float | None) -> str:
@@ -344,45 +385,64 @@ def export_transformers(folder: ModelFolder, out: Path, transformers_js: bool = 
     """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all), with
     the ONNX graphs transformers.js loads where ``transformers_js`` (PyTorch exports them); the report lines say
     what it holds, how it was checked, how to load and publish it."""
-    config = folder.config
-    refuse_what_marian_cannot_hold(config)
+    refuse_to_export(folder, out, transformers_js)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
+        staging = Path(tmp) / out.name
+        staging.mkdir()
+        difference, folded = write_marian_folder(folder, staging, transformers_js)
+        if out.exists():
+            out.rmdir()
+        shutil.move(str(staging), out)
+    return report_lines(folder, out, difference, folded, transformers_js)
+
+
+def refuse_to_export(folder: ModelFolder, out: Path, transformers_js: bool) -> None:
+    """Every reason not to start, before anything is written: what Marian cannot hold, no PyTorch for the graphs,
+    a folder without weights or tokenizer, an ``out`` that holds something."""
+    refuse_what_marian_cannot_hold(folder.config)
     if transformers_js and importlib.util.find_spec("torch") is None:
         raise ValueError("--transformers-js exports the model's ONNX graphs with PyTorch, which is not installed")
     folder.require([folder.weights_file, folder.tokenizer_file], "export a trained or imported folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} exists and is not an empty folder; choose a new one")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
-        staging = Path(tmp) / out.name
-        staging.mkdir()
 
-        def write_json(name: str, data: dict[str, Any]) -> None:
-            (staging / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
-        folder.check_weights()
-        ours = load_file(str(folder.weights_file))
-        folded = not starts_as_marian(config, ours[EMBEDDING])
-        write_json("config.json", marian_config(config, folded) | (TRANSFORMERS_JS_CONFIG if transformers_js else {}))
-        write_json("generation_config.json", generation_config(folder, folded))
-        weights = marian_weights(config, ours, folded)
-        (staging / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
-        with_source_template(folder.tokenizer.tokenizer, config).save(str(staging / TOKENIZER_FILE))
-        write_json("tokenizer_config.json", tokenizer_config(folder))
-        if folder.target_tokenizer_file.is_file():
-            shutil.copyfile(folder.target_tokenizer_file, staging / TARGET_TOKENIZER_FILE)
-        measured = measured_difference(folder, staging, decoder_start(config, folded))
-        difference = epsilon_note(config, measured)
-        if transformers_js:
-            from aiayn.export.transformers_js import write_transformers_js_graphs
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
-            write_transformers_js_graphs(folder, staging / ONNX_FOLDER, folded)
-        card = model_card(folder, difference, folded, transformers_js)
-        (staging / "README.md").write_text(card, encoding="utf-8")
-        if out.exists():
-            out.rmdir()
-        shutil.move(str(staging), out)
+
+def write_marian_folder(folder: ModelFolder, staging: Path, transformers_js: bool) -> tuple[str, bool]:
+    """Every file of the transformers folder into ``staging``; the card's line on how it differs from ours, and
+    whether the start is folded."""
+    config = folder.config
+    folder.check_weights()
+    ours = load_file(str(folder.weights_file))
+    folded = not starts_as_marian(config, ours[EMBEDDING])
+    write_json(
+        staging / "config.json", marian_config(config, folded) | (TRANSFORMERS_JS_CONFIG if transformers_js else {})
+    )
+    write_json(staging / "generation_config.json", generation_config(folder, folded))
+    weights = marian_weights(config, ours, folded)
+    (staging / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
+    with_source_template(folder.tokenizer.tokenizer, config).save(str(staging / TOKENIZER_FILE))
+    write_json(staging / "tokenizer_config.json", tokenizer_config(folder))
+    if folder.target_tokenizer_file.is_file():
+        shutil.copyfile(folder.target_tokenizer_file, staging / TARGET_TOKENIZER_FILE)
+    # Measured on the written folder, so that the number is the one its users get.
+    difference = epsilon_note(config, measured_difference(folder, staging, decoder_start(config, folded)))
+    if transformers_js:
+        from aiayn.export.transformers_js import write_transformers_js_graphs
+
+        write_transformers_js_graphs(folder, staging / ONNX_FOLDER, folded)
+    (staging / "README.md").write_text(model_card(folder, difference, folded, transformers_js), encoding="utf-8")
+    return difference, folded
+
+
+def report_lines(folder: ModelFolder, out: Path, difference: str, folded: bool, transformers_js: bool) -> list[str]:
+    """What ``out`` holds, how it was checked, how to load and publish it."""
+    config, name = folder.config, hub_name(folder.config)
     size = (out / "model.safetensors").stat().st_size
-    name = HUB_NAME.format(src=config.src_lang, tgt=config.tgt_lang)
     return [
         f"wrote {out}: a transformers Marian model, {config.src_lang}→{config.tgt_lang}, model.safetensors "
         f"{size / 1e6:.1f} MB ({folder.provenance()})",
