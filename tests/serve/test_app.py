@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,14 @@ from aiayn.serve.service import TranslationService
 
 SENTENCES = ["Two dogs play in the snow.", "A man in a blue shirt is riding a bike.", "A girl jumps into the pool."]
 LOAD_REQUESTS, LOAD_CLIENTS = 200, 8
+# The page server's memory goals (docs/speed.md, "Memory: the page server with both bundled models"): at most 300 MiB
+# resident when ready, 350 MiB after 2 000 requests.
+READY_GOAL_MIB = 300
+# What this module's requests, up to the end of the concurrent load (200 from 8 clients, after the earlier tests'
+# long sentence and uploads), may add to the ready server: within the goal after 2 000 requests, and below what the
+# heaps take unbounded. Measured on 2 cores (2 and 4 lanes): +27 to +45 MiB with malloc's heaps bounded and trimmed
+# (serve/memory.py), +56 to +59 without the bound (mallopt), +60 to +63 without it and the trims.
+LOAD_GROWTH_MIB = 50
 
 
 def free_port() -> int:
@@ -40,16 +49,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def rss_mib(pid: int) -> tuple[float, float]:
+    """Resident memory now and at its peak (VmRSS, VmHWM) of a process, in MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The page server, and its resident memory (MiB) once it was ready, before any request."""
+
+    page: Any
+    ready_mib: float
+
+
 @pytest.fixture(scope="module")
-def server(
+def launched(
     bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, serve_page: Callable[..., Any]
-) -> Iterator[Any]:
+) -> Iterator[Launched]:
     with serve_page(["--host", "127.0.0.1", "--device", "cpu"], tmp_path_factory.mktemp("serve") / "serve.log") as page:
         assert (
             "serving en-de, de-en (fp32 weights) with ONNX Runtime on CPUExecutionProvider (onnx engine)"
             in (page.log.read_text())
         )
-        yield page
+        yield Launched(page, rss_mib(page.pid)[0])
+
+
+@pytest.fixture(scope="module")
+def server(launched: Launched) -> Any:
+    return launched.page
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +157,8 @@ def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(
         client.predict(str(good), "en-de", 4, api_name="/translate_file")
 
 
-def rss_mib(pid: int) -> tuple[float, float]:
-    """Resident memory now and at its peak (VmRSS, VmHWM) of a process, in MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
-def test_concurrent_load_matches_serial_answers(server: Any) -> None:
+def test_concurrent_load_matches_serial_answers(launched: Launched) -> None:
+    server = launched.page
     serial = {s: translate(Client(server.url, verbose=False), s)[0] for s in SENTENCES}
     # Each request takes a client no other request is using: gradio_client's stream of one session can close
     # under a second request of the same client still waiting (CancelledError), a client-side race.
@@ -163,8 +186,10 @@ def test_concurrent_load_matches_serial_answers(server: Any) -> None:
     print(
         f"\n{LOAD_REQUESTS} requests from {LOAD_CLIENTS} clients in {elapsed:.1f} s: "
         f"median {statistics.median(latencies):.0f} ms, p95 {latencies[int(0.95 * len(latencies)) - 1]:.0f} ms; "
-        f"server RSS {rss:.0f} MiB (peak {peak:.0f} MiB)"
+        f"server RSS {rss:.0f} MiB (peak {peak:.0f} MiB), {launched.ready_mib:.0f} MiB when ready"
     )
+    assert launched.ready_mib <= READY_GOAL_MIB
+    assert rss - launched.ready_mib <= LOAD_GROWTH_MIB, "the server's heaps grew: are they bounded and trimmed?"
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,32 @@
-"""The page server's memory: malloc's heaps bounded and trimmed (no-ops without glibc), matplotlib's backend named."""
+"""The page server's memory: malloc's heaps bounded and trimmed (no-ops without glibc), matplotlib's backend named;
+and the server, the service and the batcher making those calls where they should."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+import aiayn.serve.batching
 import aiayn.serve.memory
-from aiayn.serve.memory import Trimmer, bound_server_memory, glibc, return_freed_memory
+import aiayn.serve.service
+from aiayn.core.folder import ModelFolder
+from aiayn.engines import Engine
+from aiayn.engines.load import load_engine
+from aiayn.engines.options import EngineOptions
+from aiayn.search.output import Output
+from aiayn.search.translator import SearchSettings
+from aiayn.serve.batching import SearchBatcher
+from aiayn.serve.memory import M_ARENA_MAX, MALLOC_ARENAS, Trimmer, bound_server_memory, glibc, return_freed_memory
+from aiayn.serve.server import GRADIO_SETTINGS, serve
+from aiayn.serve.service import TranslationService
 
 # A page server's burst in miniature: 8 long-lived threads (Gradio's, the batchers') each search a large batch in
 # turn: 8 MB of malloc'd blocks (50 kB each, under malloc's mmap threshold, so they come from a heap), freed but the
@@ -88,3 +105,90 @@ def test_after_a_burst_the_bounded_heaps_hold_less_and_a_trim_gives_it_back() ->
     assert unbounded > 40, "the burst did not leave its freed blocks resident: the test measures nothing here"
     assert bounded < unbounded / 2
     assert max(unbounded_trimmed, bounded_trimmed) < 5  # malloc_trim(0) returns the free pages of every heap
+
+
+class Glibc:
+    """glibc's two calls recorded in ``events``, beside what a test records there, instead of made."""
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+        self.trimmed = threading.Event()
+
+    def mallopt(self, parameter: int, value: int) -> int:
+        self.events.append(("mallopt", parameter, value))
+        return 1
+
+    def malloc_trim(self, pad: int) -> int:
+        self.events.append(("malloc_trim", pad))
+        self.trimmed.set()
+        return 1
+
+
+BOUND, TRIM = ("mallopt", M_ARENA_MAX, MALLOC_ARENAS), ("malloc_trim", 0)
+
+
+@pytest.fixture
+def libc(monkeypatch: pytest.MonkeyPatch) -> Glibc:
+    """The C library that ``serve.memory`` calls, recording: what the code calls, wherever it imported from."""
+    fake = Glibc()
+    monkeypatch.setattr(aiayn.serve.memory, "glibc", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def loads(libc: Glibc, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service's engine loads, each recorded in ``libc.events`` as it starts (ONNX Runtime's threads with it)."""
+
+    def load(folder: ModelFolder, options: EngineOptions) -> Engine[Any]:
+        libc.events.append(f"load {folder.path.name}")
+        return load_engine(folder, options)
+
+    monkeypatch.setattr(aiayn.serve.service, "load_engine", load)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.usefixtures("loads")
+def test_the_server_bounds_the_heaps_before_any_model_loads(
+    bundled: dict[str, Path], libc: Glibc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gradio as gr
+
+    for name, value in {**GRADIO_SETTINGS, "MPLBACKEND": "agg"}.items():  # serve sets them: put back after the test
+        monkeypatch.setenv(name, os.environ.get(name, value))
+    monkeypatch.setattr(gr.Blocks, "block_thread", gr.Blocks.close)  # serve returns once the page has started
+    serve(["en-de"], "127.0.0.1", free_port(), options=EngineOptions(device="cpu"))
+    assert libc.events[:2] == [BOUND, "load en-de"]
+
+
+@pytest.mark.usefixtures("loads")
+def test_the_service_hands_back_what_loading_a_model_freed(bundled: dict[str, Path], libc: Glibc) -> None:
+    service = TranslationService(EngineOptions(device="cpu"))
+    service.model("en-de")
+    service.model("en-de")  # loaded once, trimmed once
+    assert libc.events == ["load en-de", TRIM]
+
+
+class Echo:
+    """A translator whose outputs are its sources, each search recorded in ``events``."""
+
+    lanes = 1
+
+    def __init__(self, events: list[object]) -> None:
+        self.events = events
+
+    def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
+        self.events.append("search")
+        return [Output(list(ids), 0.0, True, [0.0] * len(ids)) for ids in src_ids]
+
+
+def test_a_batcher_hands_back_what_its_search_freed(libc: Glibc, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aiayn.serve.batching.TRIM, "trimmed_at", float("-inf"))  # due, whatever trimmed before
+    batcher = SearchBatcher(Echo(libc.events))  # type: ignore[arg-type]
+    assert batcher.outputs([[5, 3]], SearchSettings())[0].tokens == [5, 3]
+    assert libc.trimmed.wait(timeout=10), "no trim after the search"  # the worker trims after it answers
+    assert libc.events == ["search", TRIM]
