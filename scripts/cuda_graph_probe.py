@@ -23,6 +23,7 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +104,13 @@ def beam_times(engine: ServingEngine[Any], sentences: int, steps: int = 24) -> d
     return {"rows": 4 * sentences, "steps": steps, "capacity": state.batch.shapes.capacity, **medians}
 
 
-def memory_by_part(folder: ModelFolder, device: str, variant: str, sentences: list[str]) -> dict[str, float]:
+def memory_by_part(folder: ModelFolder, placement: Placement, sentences: list[str]) -> dict[str, float]:
     """MiB by part, after beam 4 over ``sentences`` in one batch."""
     from aiayn.engines.onnx.tiny_graphs import gather_model
 
-    probe = open_on_device(None, gather_model([("float32", 1)]), device, 1)
+    probe = open_on_device(None, gather_model([("float32", 1)]), placement)
     context = gpu_mb()
-    engine = ServingEngine.load(folder, Placement(device=device, variant=variant, for_gpu=True))
+    engine = ServingEngine.load(folder, placement)
     loaded = gpu_mb()
     translator = translator_for(folder, engine, max_sentences=len(sentences))
     translator.translate(sentences, SearchSettings(beam_size=4, min_len=24, max_len=24))  # as the bench decodes
@@ -132,16 +133,18 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--memory", choices=("fp32", "fp16"), help="the memory by part of this variant alone")
     args = parser.parse_args()
+    gpu = Placement(on_gpu=args.device == "cuda", for_gpu=True)  # the GPU's serving engine, or its rehearsal
     bundled = ModelFolder.open(bundled_models()["en-de"])
     sentences = ["Two dogs play in the snow near a red house."] * 128
     with tempfile.TemporaryDirectory() as tmp:
         base = base_folder(bundled, Path(tmp) / "base")
         if args.memory:
-            print(json.dumps({"memory_mib": args.memory, **memory_by_part(base, args.device, args.memory, sentences)}))
+            memory = memory_by_part(base, replace(gpu, variant=args.memory), sentences)
+            print(json.dumps({"memory_mib": args.memory, **memory}))
             return
         for name, folder in (("bundled", bundled), ("base", base)):
             for variant in ("fp32", "fp16"):
-                engine = ServingEngine.load(folder, Placement(device=args.device, variant=variant, for_gpu=True))
+                engine = ServingEngine.load(folder, replace(gpu, variant=variant))
                 for rows in (1, 128):
                     figures = {"model": name, "variant": variant, "rows": rows, **step_times(engine, rows)}
                     print(json.dumps(figures), flush=True)

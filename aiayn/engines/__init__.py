@@ -38,6 +38,7 @@ class Weights:
     serving: dict[str, ServingOps]  # device → the ops of the serving graphs built in these weights when it loads
     block: BlockScheme | None = None  # weight-only blocks: every projection as MatMulNBits (``onnx/block_quant.py``)
     int8: bool = False  # ONNX Runtime's dynamic int8 quantization of every projection (``onnx/quantize.py``)
+    gpu: bool = True  # a GPU runs them (its serving graphs, or the exported graphs): else no GPU is even probed
     torch: bool = False  # the PyTorch engine runs them
     web: bool = False  # the browser folder's graphs (`aiayn export --to web --variant`)
 
@@ -58,12 +59,14 @@ WEIGHTS = {
             "w8",
             {"cpu": CPU_OPS},
             BlockScheme(bits=8, block_size=128, symmetric=True, accuracy_level=4),
+            gpu=False,
             web=True,
         ),
         Weights(
             "w4",
             {"cpu": CPU_OPS},
             BlockScheme(bits=4, block_size=128, symmetric=True, accuracy_level=4),
+            gpu=False,
             web=True,
         ),
         Weights("int8", {"cpu": CPU_OPS}, int8=True),

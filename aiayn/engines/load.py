@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -13,7 +12,7 @@ from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, ONNX_PORTABLE, TORCH, WEIGHTS, Engine
 from aiayn.engines.onnx.sessions import gpu_unavailable
 from aiayn.engines.options import EngineOptions
-from aiayn.engines.placement import CPU, Placement, engine_for, resolve_runtime_device
+from aiayn.engines.placement import CPU, GPU, Placement, engine_for, gpu_wanted
 from aiayn.search.translator import Translator
 
 
@@ -79,18 +78,21 @@ def place(options: EngineOptions, profile_prefix: str = "") -> Placement:
     """The placement of ``options``: the device resolved (``auto``: a GPU where the engine's runtime really runs on
     one), the engine the table of weights says runs the variant there, a GPU's one lane. A ValueError in one line
     where nothing can run what was asked, naming what would."""
-    weights = WEIGHTS[options.variant]
+    weights, variant = WEIGHTS[options.variant], options.variant
     if options.engine == TORCH:
-        device = resolve_runtime_device(options.device, "PyTorch", pytorch_engine().gpu_problem)
-    elif weights.serving.keys() == {CPU} and not weights.exported:
-        device = CPU if options.device == "auto" else options.device  # built for a CPU only: no GPU probe
+        on_gpu = gpu_wanted(options.device, pytorch_engine().gpu_problem)
+    elif not weights.gpu:
+        on_gpu = gpu_wanted(options.device, lambda: f"--variant {variant} is built from the weights on a CPU only")
     else:
-        device = resolve_runtime_device(options.device, "ONNX Runtime", lambda: gpu_unavailable(1))
-    engine = engine_for(options.engine, device, options.variant)
-    placement = Placement(engine, options.variant, device, False, options.lane_count, options.threads, profile_prefix)
-    if placement.on_gpu:  # the GPU's own graphs; one lane: its batches queue on one stream anyway
-        return replace(placement, for_gpu=True, lanes=1)
-    return placement
+        on_gpu = gpu_wanted(options.device, onnx_runtime_gpu_problem)
+    engine = engine_for(options.engine, GPU if on_gpu else CPU, variant)
+    lanes = 1 if on_gpu else options.lane_count  # a GPU runs its own graphs, in one lane: one stream takes turns anyway
+    return Placement(engine, variant, on_gpu, on_gpu, lanes, options.threads, profile_prefix)
+
+
+def onnx_runtime_gpu_problem() -> str:
+    reason = gpu_unavailable(1)
+    return f"ONNX Runtime cannot run on a GPU here ({reason})" if reason else ""
 
 
 def translator_for(folder: ModelFolder, engine: Engine[Any], **batching: int) -> Translator:

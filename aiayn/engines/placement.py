@@ -26,15 +26,16 @@ class Placement:
 
     engine: str = ONNX  # the engine that runs: ONNX (the serving engine), ONNX_PORTABLE or TORCH
     variant: str = "fp32"  # its weights: a row of ``aiayn.engines.WEIGHTS``
-    device: str = CPU  # where its sessions (or PyTorch) run: CPU or GPU
+    on_gpu: bool = False  # its sessions (or PyTorch) run on the GPU, else on the CPU
     for_gpu: bool = False  # built the GPU's way: its serving graphs, the state as OrtValues bound on the device
     lanes: int = 1  # searches at once, one batch each
     threads: int = 1  # ONNX Runtime's intra-op threads per session (PyTorch's own on a CPU)
     profile_prefix: str = ""  # the CPU decoder's session under ONNX Runtime's profiler (``aiayn bench --profile``)
 
     @property
-    def on_gpu(self) -> bool:
-        return self.device == GPU
+    def device(self) -> str:
+        """Where it runs, as ONNX Runtime's OrtValues and PyTorch name it."""
+        return GPU if self.on_gpu else CPU
 
     @property
     def graphs_for(self) -> str:
@@ -60,7 +61,7 @@ class Placement:
     def rehearsal(self) -> Placement:
         """This placement's engine, graphs and state back end with its sessions on the CPU provider: how the GPU's
         engine is proven without a GPU (the tests, ``scripts/gpu_session.sh``'s dry run)."""
-        return replace(self, device=CPU)
+        return replace(self, on_gpu=False)
 
     def reference(self) -> Placement:
         """The CPU serving engine in fp32, one lane: what the self-check compares against."""
@@ -71,20 +72,16 @@ class Placement:
         return replace(self, engine=ONNX_PORTABLE)
 
 
-def resolve_runtime_device(asked: str, runtime: str, gpu_problem: Callable[[], str]) -> str:
-    """CPU, or GPU where asked (or ``auto``) and ``runtime`` really runs on one here; ``gpu_problem`` says why it
-    cannot ("" where it can)."""
+def gpu_wanted(asked: str, gpu_problem: Callable[[], str]) -> bool:
+    """Whether to run on the GPU for ``--device asked``: never for cpu (nothing probed); for auto, where
+    ``gpu_problem`` finds nothing in the way (it says what is, or ""); for cuda, or a ValueError in one line saying
+    why not."""
     if asked == CPU:
-        return CPU
+        return False
     problem = gpu_problem()
-    if not problem:
-        return GPU
-    if asked == GPU:
-        raise ValueError(
-            f"--device cuda: {runtime} cannot run on a GPU here ({problem}); use --device cpu, or auto to take the "
-            "GPU only where it works"
-        )
-    return CPU
+    if problem and asked == GPU:
+        raise ValueError(f"--device cuda: {problem}; use --device cpu, or auto to take the GPU only where it works")
+    return not problem
 
 
 def engine_for(engine: str, device: str, variant: str) -> str:

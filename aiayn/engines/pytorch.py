@@ -11,7 +11,7 @@ from torch import Tensor
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import TORCH
-from aiayn.engines.placement import Placement, resolve_runtime_device
+from aiayn.engines.placement import CPU, GPU, Placement, gpu_wanted
 from aiayn.engines.state import DecoderState
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
@@ -27,12 +27,12 @@ def take_rows(values: Sequence[Tensor], rows: np.ndarray) -> list[Tensor]:
 
 def gpu_problem() -> str:
     """Why PyTorch cannot run on a GPU here, or "" where it can."""
-    return "" if torch.cuda.is_available() else "it sees no GPU"
+    return "" if torch.cuda.is_available() else "PyTorch cannot run on a GPU here (it sees no GPU)"
 
 
 def resolve_device(device: str) -> str:
     """Where PyTorch runs for ``--device device`` (training's choice; an engine's is its placement's)."""
-    return resolve_runtime_device(device, "PyTorch", gpu_problem)
+    return GPU if gpu_wanted(device, gpu_problem) else CPU
 
 
 class TorchEngine(FullDistributionStep[TorchState]):

@@ -82,6 +82,7 @@ def test_one_table_says_what_runs_each_variant_or_what_would() -> None:
         assert message in str(refusal.value) and "\n" not in str(refusal.value)
     assert set(WEIGHTS) == set(VARIANTS) and SERVING_VARIANTS["cuda"] == ("fp32", "fp16")
     assert {v for v, weights in WEIGHTS.items() if weights.exported} == set(EXPORTED_GRAPHS)  # the contract's files
+    assert all(weights.gpu == ("cuda" in weights.serving or weights.exported) for weights in WEIGHTS.values())
 
 
 def test_the_placement_says_where_and_how_each_engine_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -104,7 +104,7 @@ def test_unknown_device_and_unusable_cuda_give_clear_errors(tiny_folder: Path) -
         assert isinstance(engine, PortableOnnxEngine) and engine.provider == CUDA and isinstance(engine.io, BoundIO)
     if gpu_unavailable(1):  # a placement made without the probe: the session itself refuses, naming the file
         with pytest.raises(DeviceUnavailable, match="--device cuda: ONNX Runtime cannot run encoder.onnx on a GPU"):
-            PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE, device="cuda"))
+            PortableOnnxEngine.load(tiny_folder, Placement(ONNX_PORTABLE, on_gpu=True))
 
 
 def test_auto_device_states_the_provider_and_shows_no_onnx_runtime_log(tiny_folder: Path) -> None:
