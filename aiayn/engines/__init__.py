@@ -55,19 +55,9 @@ WEIGHTS = {
     weights.name: weights
     for weights in (
         Weights("fp32", {"cpu": CPU_OPS, "cuda": CUDA_OPS}, torch=True, web=True),
-        Weights(
-            "w8",
-            {"cpu": CPU_OPS},
-            BlockScheme(bits=8, block_size=128, symmetric=True, accuracy_level=4),
-            gpu=False,
-            web=True,
-        ),
-        Weights(
-            "w4",
-            {"cpu": CPU_OPS},
-            BlockScheme(bits=4, block_size=128, symmetric=True, accuracy_level=4),
-            gpu=False,
-            web=True,
+        *(
+            Weights(f"w{bits}", {"cpu": CPU_OPS}, BlockScheme(bits, 128, True, accuracy_level=4), gpu=False, web=True)
+            for bits in (8, 4)  # 128-value symmetric blocks, int8 activations inside MatMulNBits
         ),
         Weights("int8", {"cpu": CPU_OPS}, int8=True),
         Weights("fp16", {"cuda": CUDA_FP16_OPS}),
