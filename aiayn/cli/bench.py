@@ -20,7 +20,7 @@ from aiayn.cli.args import (
 from aiayn.core.folder import ModelFolder
 
 
-def test_split(folder: ModelFolder, args: argparse.Namespace, split: str = "test_2016_flickr") -> Any:
+def split_of(folder: ModelFolder, args: argparse.Namespace, split: str = "test_2016_flickr") -> Any:
     from aiayn.evaluation.evaluate import load_split_for
 
     return load_split_for(folder, split, args.data)
@@ -29,7 +29,7 @@ def test_split(folder: ModelFolder, args: argparse.Namespace, split: str = "test
 def bench_serve(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.crowd import measure_crowds, serve_report
 
-    return serve_report(measure_crowds(args.model, test_split(folder, args).src))
+    return serve_report(measure_crowds(args.model, split_of(folder, args).src))
 
 
 def bench_web(folder: ModelFolder, args: argparse.Namespace) -> str:
@@ -45,7 +45,7 @@ def bench_web(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.engines import WEB_VARIANTS
     from aiayn.serve.service import TranslationService
 
-    test = test_split(folder, args).src
+    test = split_of(folder, args).src
     plan = WEB_QUICK if args.quick else WEB_FULL
     options = replace(engine_options(args), device="cpu")  # `aiayn translate --variant` on the CPU: the reference
     figures = [
@@ -72,13 +72,13 @@ def bench_memory(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.serve.requests import pair_value
 
     served = [ModelFolder.open(path) for path in bundled_models().values()]
-    return memory_report(measure_memory({pair_value(f): test_split(f, args).src for f in served}))
+    return memory_report(measure_memory({pair_value(f): split_of(f, args).src for f in served}))
 
 
 def bench_profile(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.profile import profile_sizes
 
-    return profile_sizes(folder, test_split(folder, args).src, args.quick)
+    return profile_sizes(folder, split_of(folder, args).src, args.quick)
 
 
 def bench_sessions(folder: ModelFolder, args: argparse.Namespace) -> str:
@@ -92,7 +92,7 @@ def bench_long(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.serve.service import TranslationService
 
     model = TranslationService(engine_options(args)).model(args.model)
-    figures = measure(model, test_split(folder, args, "val"), test_split(folder, args, "train"), args.beam)
+    figures = measure(model, split_of(folder, args, "val"), split_of(folder, args, "train"), args.beam)
     return long_report(figures, f"{folder.config.src_lang}-{folder.config.tgt_lang}", "val", args.beam)
 
 
@@ -100,7 +100,7 @@ def bench_train(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.training import FULL, QUICK, run_train_bench, train_report
 
     plan = QUICK if args.quick else FULL
-    return train_report(run_train_bench(folder, test_split(folder, args, "train"), plan), json_path(args))
+    return train_report(run_train_bench(folder, split_of(folder, args, "train"), plan), json_path(args))
 
 
 def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
@@ -113,7 +113,7 @@ def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.engines.load import place
 
     on_gpu = place(engine_options(args)).on_gpu
-    corpus = test_split(folder, args)
+    corpus = split_of(folder, args)
     plan, base_plan = (QUICK, BASE_QUICK) if args.quick else (FULL, BASE_FULL)
     framings: tuple[Framing, ...] = FRAMINGS
     base_framings: tuple[Framing, ...] = BASE_FRAMINGS

@@ -63,10 +63,6 @@ class Placement:
         engine is proven without a GPU (the tests, ``scripts/gpu_session.sh``'s dry run)."""
         return replace(self, on_gpu=False)
 
-    def reference(self) -> Placement:
-        """The CPU serving engine in fp32, one lane: what the self-check compares against."""
-        return Placement()
-
     def portable(self) -> Placement:
         """The exported contract graphs in the same place: what serves where the serving engine cannot."""
         return replace(self, engine=ONNX_PORTABLE)
