@@ -18,7 +18,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.core.folder import ModelFolder
 
 VISITORS = (16, 100, 200, 500)
+FLOOR_VISITORS = 200  # the goals' crowd (docs/serve.md): Gradio's floor is measured under it, where it is asked
 REQUESTS_PER_VISITOR = 5  # one after another, each one sentence
 BEAM = 4
 SENTENCES = 100  # distinct test sentences, asked alone first, then cycled through the crowd
@@ -203,22 +207,23 @@ async def crowd(
 
 
 async def json_route(port: int, pid: int, sentences: list[str], alone: dict[str, str], direction: str) -> JsonRow:
-    batches = [
-        [sentences[(b * JSON_BATCH + i) % len(sentences)] for i in range(JSON_BATCH)] for b in range(JSON_BATCHES)
-    ]
     connection = await Connection.open(port)
     try:
         server_cpu, started = cpu_seconds(pid), time.perf_counter()
         answers = []
-        for batch in batches:
+        for batch in json_batches(sentences):
             body = {"sentences": batch, "direction": direction, "beam": BEAM}
             answers.append(json.loads(await connection.request("POST", "/v1/translate", body))["translations"])
         seconds, server_cpu = time.perf_counter() - started, cpu_seconds(pid) - server_cpu
     finally:
         connection.close()
-    identical = all(a == [alone[s] for s in batch] for a, batch in zip(answers, batches, strict=True))
+    identical = all(a == [alone[s] for s in batch] for a, batch in zip(answers, json_batches(sentences), strict=True))
     count = JSON_BATCH * JSON_BATCHES
     return JsonRow(count, seconds, identical, 1000 * server_cpu / count)
+
+
+def json_batches(sentences: list[str]) -> list[list[str]]:
+    return [[sentences[(b * JSON_BATCH + i) % len(sentences)] for i in range(JSON_BATCH)] for b in range(JSON_BATCHES)]
 
 
 async def one_at_a_time(port: int, sentences: list[str], direction: str) -> dict[str, str]:
@@ -230,32 +235,80 @@ async def one_at_a_time(port: int, sentences: list[str], direction: str) -> dict
 
 
 @dataclass(frozen=True)
+class CliRow:
+    """`aiayn translate --input` on the JSON route's lines, its start-up (a one-line file's run) taken out."""
+
+    sentences: int
+    seconds: float
+    identical: bool  # every line equals the page's answer alone
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.sentences / self.seconds
+
+
+@dataclass(frozen=True)
 class ServeBench:
     rss_ready_mb: float
     rows: list[CrowdRow]
     json_row: JsonRow
+    floor: CrowdRow  # Gradio's own floor under the goal's crowd
+    cli: CliRow
 
 
-def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] = VISITORS) -> ServeBench:
-    """`aiayn serve --model MODEL` in a process of its own, asked in its pair's direction."""
-    from aiayn.serve.requests import pair_value
-
-    direction = pair_value(ModelFolder.open(model))
+@contextmanager
+def server_process(arguments: list[str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """``python -m ARGUMENTS... PORT-FLAGS`` serving on a free loopback port until the block ends: (port, process)."""
     port = free_port()
-    command = [sys.executable, "-m", "aiayn.cli", "serve", "--model", model, "--port", str(port), "--device", "cpu"]
+    command = [sys.executable, "-m", *[str(port) if a == "{port}" else a for a in arguments]]
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         wait_until_serving(server, f"http://{HOST}:{port}/")
-        rss_ready = status_mb("VmRSS", server.pid)
-        sample = sentences[:SENTENCES]
-        alone = asyncio.run(one_at_a_time(port, sample, direction))
-        rows = [asyncio.run(crowd(port, server.pid, n, sample, alone, direction)) for n in visitors]
-        json_row = asyncio.run(json_route(port, server.pid, sample, alone, direction))
-        return ServeBench(rss_ready, rows, json_row)
+        yield port, server
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def translate_file(model: str, lines: list[str]) -> tuple[float, list[str]]:
+    """`aiayn translate --input` on ``lines`` in a process of its own: its wall seconds and its lines."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-bench-cli-") as tmp:
+        source, target = Path(tmp) / "in.txt", Path(tmp) / "out.txt"
+        source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        command = [sys.executable, "-m", "aiayn.cli", "translate", "--model", model, "--input", str(source)]
+        command += ["--output", str(target), "--beam", str(BEAM), "--device", "cpu"]
+        started = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - started, target.read_text(encoding="utf-8").splitlines()
+
+
+def measure_cli(model: str, lines: list[str], alone: dict[str, str]) -> CliRow:
+    seconds, translated = translate_file(model, lines)
+    start_up, _ = translate_file(model, lines[:1])
+    identical = translated == [alone[line] for line in lines]
+    return CliRow(len(lines), seconds - start_up, identical)
+
+
+def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] = VISITORS) -> ServeBench:
+    """`aiayn serve --model MODEL` in a process of its own, asked in its pair's direction; then Gradio's floor
+    under the goal's crowd, and `aiayn translate --input` on the JSON route's lines, in the same run."""
+    from aiayn.serve.requests import pair_value
+
+    direction = pair_value(ModelFolder.open(model))
+    sample = sentences[:SENTENCES]
+    serve = ["aiayn.cli", "serve", "--model", model, "--port", "{port}", "--device", "cpu"]
+    with server_process(serve) as (port, server):
+        rss_ready = status_mb("VmRSS", server.pid)
+        alone = asyncio.run(one_at_a_time(port, sample, direction))
+        rows = [asyncio.run(crowd(port, server.pid, n, sample, alone, direction)) for n in visitors]
+        json_row = asyncio.run(json_route(port, server.pid, sample, alone, direction))
+    with server_process(["aiayn.bench.gradio_floor", "{port}"]) as (port, server):
+        echoed = {s: s for s in sample}
+        at = FLOOR_VISITORS if FLOOR_VISITORS in visitors else max(visitors)
+        floor = asyncio.run(crowd(port, server.pid, at, sample, echoed, "floor"))
+    cli = measure_cli(model, [line for batch in json_batches(sample) for line in batch], alone)
+    return ServeBench(rss_ready, rows, json_row, floor, cli)
 
 
 def serve_report(bench: ServeBench) -> str:
@@ -266,16 +319,24 @@ def serve_report(bench: ServeBench) -> str:
         "| client CPU per request | server RSS after | identical to alone |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in bench.rows:
+    for r in [*bench.rows, bench.floor]:
+        who = f"{r.visitors}" if r is not bench.floor else f"{r.visitors}, Gradio's floor"
         lines.append(
-            f"| {r.visitors} | {r.answered_per_s:.0f} | {r.refused} of {r.requests} | {r.failed} | {r.p50_s:.2f} s "
+            f"| {who} | {r.answered_per_s:.0f} | {r.refused} of {r.requests} | {r.failed} | {r.p50_s:.2f} s "
             f"| {r.p90_s:.2f} s | {r.server_cpu_ms:.1f} ms | {r.client_cpu_ms:.2f} ms | {r.rss_mb:.0f} MiB "
             f"| {'yes' if r.identical else 'NO'} |"
         )
-    j = bench.json_row
-    lines.append(
-        f"JSON route, one client, {JSON_BATCHES} batches of {JSON_BATCH} sentences, beam {BEAM}: "
-        f"{j.sentences_per_s:.0f} sentences/s, server CPU {j.server_cpu_ms:.1f} ms per sentence, "
-        f"identical to alone: {'yes' if j.identical else 'NO'}"
-    )
+    page = next(r for r in bench.rows if r.visitors == bench.floor.visitors)
+    j, cli = bench.json_row, bench.cli
+    lines += [
+        f"the page against Gradio's floor (the same API answering at once) at {page.visitors} visitors: "
+        f"{page.answered_per_s / bench.floor.answered_per_s:.2f}× its answers/s (goal ≥ 0.5×), "
+        f"{page.server_cpu_ms / bench.floor.server_cpu_ms:.2f}× its server CPU per answer (goal ≤ 2.5×)",
+        f"JSON route, one client over HTTP in another process, {JSON_BATCHES} batches of {JSON_BATCH} sentences, "
+        f"beam {BEAM}: {j.sentences_per_s:.0f} sentences/s, server CPU {j.server_cpu_ms:.1f} ms per sentence, "
+        f"identical to alone: {'yes' if j.identical else 'NO'}",
+        f"`aiayn translate --input` on the same {cli.sentences} lines: {cli.sentences_per_s:.0f} sentences/s "
+        f"(its start-up, a one-line file's run, taken out), identical: {'yes' if cli.identical else 'NO'}; "
+        f"the JSON route at {j.sentences_per_s / cli.sentences_per_s:.2f}× it (goal ≥ 0.8×)",
+    ]
     return "\n".join(lines)

@@ -11,6 +11,7 @@ Torch-free: the serving path loads it next to ONNX Runtime.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -23,6 +24,7 @@ TOKENIZER_FILE = "tokenizer.json"  # the name HF `tokenizers` users expect; a mo
 TARGET_TOKENIZER_FILE = "target_tokenizer.json"  # only where the target side has its own (imported checkpoints)
 SPECIAL_TOKEN_TEXT = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 METASPACE = "▁"
+CHARACTERS_KEPT = 1 << 16  # characters whose verdict (known or not) is remembered: every request asks again
 
 
 class SubwordTokenizer:
@@ -43,6 +45,7 @@ class SubwordTokenizer:
         self.tidies_itself = is_tidy(tokenizer)
         if target is not None and target.get_vocab_size() != tokenizer.get_vocab_size():
             raise ValueError("the source and target tokenizers must number one vocabulary, id for id")
+        self.is_unknown = functools.lru_cache(CHARACTERS_KEPT)(self.encodes_unknown)
 
     @property
     def vocab_size(self) -> int:
@@ -68,8 +71,14 @@ class SubwordTokenizer:
     def unknown_characters(self, text: str) -> set[str]:
         """Characters of ``text`` that the vocabulary lacks: alone they encode to ``<unk>``, or to nothing where
         the file's normalizer already leaves them out. White space is never unknown."""
-        unk = self.tokenizer.token_to_id(SPECIAL_TOKEN_TEXT["unk"])
-        return {ch for ch in set(text) if not ch.isspace() and (not (ids := self.encode(ch)) or unk in ids)}
+        return {ch for ch in set(text) if self.is_unknown(ch)}
+
+    def encodes_unknown(self, character: str) -> bool:
+        """Whether ``character`` alone encodes to ``<unk>`` or to nothing (white space never does)."""
+        if character.isspace():
+            return False
+        ids = self.encode(character)
+        return not ids or self.tokenizer.token_to_id(SPECIAL_TOKEN_TEXT["unk"]) in ids
 
     def is_word(self, word: str) -> bool:
         """Whether the vocabulary holds ``word`` whole, as a word start (``▁word``)."""

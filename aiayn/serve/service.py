@@ -5,6 +5,7 @@ Torch-free: ONNX Runtime, NumPy and the tokenizer only.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -121,6 +122,7 @@ class LoadedModel:
         A sentence that cannot be cut to the token limit is refused alone, so the rest still translates."""
         laid_out = layout(text, self.config.src_lang)
         unknown = self.tokenizer.unknown_characters(" ".join(laid_out.sentences))
+        encoded = functools.cache(self.tokenizer.encode_source)  # a piece is counted, then searched: encoded once
         src_ids: list[list[int]] = []
         sentence_of: list[int] = []
         clauses: list[Clause] = []
@@ -131,13 +133,13 @@ class LoadedModel:
             if not any(ch.isalnum() for ch in known):
                 continue
             try:
-                pieces = split_long(known, self.count_tokens, self.sentence_limit)
+                pieces = split_long(known, lambda piece: len(encoded(piece)), self.sentence_limit)
             except InputTooLong as err:
                 refused[index] = str(err)
                 continue
             left_out.update(ch for ch in sentence if ch in unknown)
             for piece in pieces:
-                whole = self.translator.source_ids(piece)
+                whole = encoded(piece)  # at most sentence_limit tokens, within the model's limit
                 cut = self.clauses.split(piece, len(whole))
                 src_ids += [whole] if len(cut) == 1 else [self.translator.source_ids(c.query()) for c in cut]
                 sentence_of += [index] * len(cut)

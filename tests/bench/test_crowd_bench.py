@@ -32,5 +32,11 @@ def test_a_small_crowd_is_measured_and_reported(bundled: dict[str, Path], monkey
     assert (row.requests, row.answered, row.refused, row.failed) == (20, 20, 0, 0) and row.identical
     assert row.p50_s <= row.p90_s and row.server_cpu_ms > 0 and row.rss_mb > bench.rss_ready_mb / 2
     assert bench.json_row.sentences == 64 and bench.json_row.identical
+    floor = bench.floor  # Gradio's own floor under the same crowd: it answers each text with itself
+    assert (floor.visitors, floor.answered, floor.refused, floor.failed) == (4, 20, 0, 0) and floor.identical
+    assert floor.server_cpu_ms > 0
+    assert bench.cli.sentences == 64 and bench.cli.identical and bench.cli.seconds > 0  # the CLI on the same lines
     report = serve_report(bench)
     assert "| 4 | " in report and "| 0 of 20 |" in report and "sentences/s" in report
+    assert "| 4, Gradio's floor |" in report and "its server CPU per answer (goal ≤ 2.5×)" in report
+    assert "the JSON route at" in report and "(goal ≥ 0.8×)" in report
