@@ -32,6 +32,12 @@ def bench_serve(folder: ModelFolder, args: argparse.Namespace) -> str:
     return serve_report(measure_crowds(args.model, split_of(folder, args).src))
 
 
+def bench_ray(folder: ModelFolder, args: argparse.Namespace) -> str:
+    from aiayn.bench.ray_serving import measure_ray, ray_report
+
+    return ray_report(measure_ray(args.model, split_of(folder, args).src))
+
+
 def bench_web(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.web import (
         WEB_FULL,
@@ -146,6 +152,7 @@ def json_path(args: argparse.Namespace) -> Path | None:
 # The measurements other than the speed table, by the flag that asks for each (the first one given runs).
 MODES: dict[str, Callable[[ModelFolder, argparse.Namespace], str]] = {
     "serve": bench_serve,
+    "ray": bench_ray,
     "web": bench_web,
     "memory": bench_memory,
     "profile": bench_profile,
@@ -220,6 +227,12 @@ def add_mode_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="`aiayn serve` under a crowd: 16, 100, 200 and 500 visitors at once through the page's API "
         "(answered/s, refused, p50/p90, server CPU per answer, RSS), and the JSON route's sentences/s",
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="`aiayn serve --ray --replicas 2` (a Ray cluster of this machine; needs the [ray] extra) against one "
+        "`aiayn serve` process, taking turns: the JSON route's sentences/s for batches of 32 and for single sentences",
     )
     p.add_argument(
         "--web",

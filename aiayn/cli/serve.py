@@ -6,11 +6,20 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from aiayn.cli.args import UserError, add_beam_flag, add_engine_flags, add_model_flag, engine_options, port_number
+from aiayn.cli.args import (
+    UserError,
+    add_beam_flag,
+    add_engine_flags,
+    add_model_flag,
+    engine_options,
+    port_number,
+    positive_int,
+)
 from aiayn.core.dependencies import PAGE_ONLY, TESTED, untested_line
 from aiayn.text.sentences import split_lines
 
@@ -149,9 +158,29 @@ def report(
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    if args.ray is not None:
+        ray_serve(args)
+        return
+    if args.ray_flags_given:
+        raise UserError(f"{args.ray_flags_given[0]} goes with --ray (Ray Serve's replicas); add --ray")
     from aiayn.serve.server import serve
 
     serve(args.model, args.host, args.port, args.share, engine_options(args), split_clauses=not args.no_clauses)
+
+
+def ray_serve(args: argparse.Namespace) -> None:
+    """`aiayn serve --ray`: each translation replica's engine on its own CPUs (``--cores``: one lane per CPU)."""
+    from aiayn.serve.ray_serve import Application, Scaling, serve_on_ray
+
+    if args.share:
+        raise UserError("--share is not served through Ray's proxy; put the proxy behind your own address instead")
+    scaling = Scaling(
+        args.replicas, args.min_replicas, args.max_replicas, args.target_ongoing_requests, args.cpus_per_replica
+    )
+    args.cores = args.cores or max(1, int(args.cpus_per_replica))
+    address = args.ray or None  # --ray alone: a cluster of this machine, started here
+    app = Application(args.model, engine_options(args), not args.no_clauses, scaling, args.host, args.port)
+    serve_on_ray(address, app)
 
 
 def add_translate(sub: Any) -> None:
@@ -186,7 +215,55 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     add_engine_flags(p, engine_help=None)
     add_clauses_flag(p)
+    add_ray_flags(p)
     p.set_defaults(func=cmd_serve)
+
+
+# Ray Serve's own scaling settings, under their own names: (flag, metavar, type, default, help).
+SCALING_FLAGS: tuple[tuple[str, str, Callable[[str], Any], Any, str], ...] = (
+    ("--replicas", "N", positive_int, 1, "translation replicas (the minimum, with --max-replicas)"),
+    ("--max-replicas", "N", positive_int, None, "autoscale the translation replicas up to this many (max_replicas)"),
+    ("--min-replicas", "N", int, None, "with --max-replicas: min_replicas (default: --replicas; 0: none when idle)"),
+    (
+        "--target-ongoing-requests",
+        "R",
+        float,
+        None,
+        "with --max-replicas: the requests a replica should hold at once (target_ongoing_requests)",
+    ),
+    (
+        "--cpus-per-replica",
+        "CPUS",
+        float,
+        1.0,
+        "CPUs Ray gives each translation replica (its engine runs one lane per whole CPU unless --cores)",
+    ),
+)
+
+
+class RayFlag(argparse.Action):
+    """A flag of Ray Serve's scaling: stored, and noted, so that one given without --ray is refused."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.ray_flags_given = [*namespace.ray_flags_given, option]
+
+
+def add_ray_flags(p: argparse.ArgumentParser) -> None:
+    ray = p.add_argument_group("serving on Ray Serve (pip install -e '.[ray]'; docs/serve.md)")
+    ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="serve the page and the JSON route as a Ray Serve application, the translation in replicas: on the "
+        "Ray cluster at ADDRESS (auto: the one running on this machine), or without ADDRESS on a cluster of this "
+        "machine started for it; --host and --port are then those of Ray's HTTP proxy",
+    )
+    p.set_defaults(ray_flags_given=[])
+    for flag, metavar, kind, default, text in SCALING_FLAGS:
+        ray.add_argument(flag, metavar=metavar, type=kind, default=default, action=RayFlag, help=text)
 
 
 def add_clauses_flag(p: argparse.ArgumentParser) -> None:

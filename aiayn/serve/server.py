@@ -15,7 +15,10 @@ from aiayn.serve.memory import bound_server_memory
 
 if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded: ONNX Runtime starts a thread
     import gradio as gr
+    from fastapi import FastAPI
     from starlette.routing import BaseRoute
+
+    from aiayn.serve.service import TranslationService
 
 MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
 # Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
@@ -43,6 +46,26 @@ def check_port(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError:
             raise port_error(host, port) from None
+
+
+def apply_gradio_settings() -> None:
+    """``GRADIO_SETTINGS`` into the environment, where not set already: read when the page's queue is made."""
+    for name, value in GRADIO_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
+
+def page_with_routes(service: TranslationService, models: list[str] | None) -> FastAPI:
+    """The page and the JSON route as one ASGI app for a server of its own (Ray Serve's), with the settings
+    ``launch`` gives Gradio's."""
+    import gradio as gr
+    from fastapi import FastAPI
+
+    from aiayn.serve.api import json_route
+    from aiayn.serve.page import build_app
+
+    blocks = build_app(service, models)
+    blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
+    return gr.mount_gradio_app(FastAPI(routes=[json_route(service)]), blocks, "/", max_file_size=MAX_UPLOAD)
 
 
 def launch(
@@ -84,8 +107,7 @@ def serve(
     from aiayn.serve.page import build_app
     from aiayn.serve.service import TranslationService
 
-    for name, value in GRADIO_SETTINGS.items():  # read when the page's queue is made
-        os.environ.setdefault(name, value)
+    apply_gradio_settings()
     warning = untested_line()  # the page leans on how Gradio batches, bounds its queue and keeps sessions
     if warning:
         print(warning, file=sys.stderr)

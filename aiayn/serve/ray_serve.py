@@ -1,0 +1,254 @@
+"""`aiayn serve --ray`: the page and the JSON route as a Ray Serve application, the searches spread over replicas.
+
+Two deployments. ``Translation``: N replicas of the serving engine, each on its own CPUs, the model folders loaded
+once per replica, and the requests of the moment searched together by the replica's batcher, as in one process
+(``batching.py``). ``Page``: one replica holding the Gradio page and ``POST /v1/translate`` (a visitor's event
+stream must stay with the queue that holds its request), whose service hands every translation to ``Translation``
+through a Ray Serve handle. A request whose replica died is asked once more, of another replica; Ray Serve replaces
+the dead one. Ray's HTTP proxy, on every node, serves the page. Ray is optional (``pip install -e '.[ray]'``): only
+this module imports it, and only when asked. Torch-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from aiayn.engines.options import EngineOptions
+from aiayn.serve.service import Result, TranslationService, refuse_any
+from aiayn.text.sentences import MAX_FILE_CHARS, check_length
+
+APP_NAME = "aiayn"
+CONNECT_TIMEOUT_S = 5
+INSTALL = "pip install -e '.[ray]' (or pip install 'ray[serve]')"
+MAX_ONGOING = 256  # requests a translation replica takes at once: its batcher searches those of the moment together
+PAGE_MAX_ONGOING = 4096  # HTTP requests the page's replica holds at once: a crowd's posts and event streams
+# Ray Serve logs every request by default: a line written per request in each process it passes (py-spy: 2 % of the
+# page's replica); errors still are.
+QUIET = {"log_level": "WARNING", "enable_access_log": False}
+CPUS_PER_REPLICA = 1  # the default: a replica's engine runs one lane, the cores are the replicas'
+
+
+class RayMissing(ValueError):
+    """Ray Serve is not installed: the one line that says how to install it."""
+
+    def __init__(self) -> None:
+        super().__init__(f"aiayn serve --ray needs Ray Serve, which is not installed: {INSTALL}")
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """How many translation replicas, in Ray Serve's own terms: a fixed count, or its autoscaling settings."""
+
+    replicas: int = 1
+    min_replicas: int | None = None  # with max_replicas: autoscaling between the two
+    max_replicas: int | None = None
+    target_ongoing_requests: float | None = None
+    cpus_per_replica: float = CPUS_PER_REPLICA
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.max_replicas is not None
+
+    def deployment_options(self) -> dict[str, Any]:
+        """``serve.deployment(...).options(...)``'s keywords for the translation deployment."""
+        options: dict[str, Any] = {
+            "max_ongoing_requests": MAX_ONGOING,
+            "ray_actor_options": {"num_cpus": self.cpus_per_replica},
+        }
+        if not self.autoscaling:
+            return options | {"num_replicas": self.replicas}
+        autoscaling: dict[str, Any] = {
+            "min_replicas": self.replicas if self.min_replicas is None else self.min_replicas,
+            "max_replicas": self.max_replicas,
+        }
+        if self.target_ongoing_requests is not None:
+            autoscaling["target_ongoing_requests"] = self.target_ongoing_requests
+        return options | {"autoscaling_config": autoscaling}
+
+    def check(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.autoscaling and self.max_replicas is not None:
+            low = self.replicas if self.min_replicas is None else self.min_replicas
+            if not 0 <= low <= self.max_replicas:
+                raise ValueError(f"--min-replicas {low} must be from 0 to --max-replicas {self.max_replicas}")
+        if self.min_replicas is not None and not self.autoscaling:
+            raise ValueError("--min-replicas needs --max-replicas (Ray Serve's autoscaling between the two)")
+        if self.target_ongoing_requests is not None and not self.autoscaling:
+            raise ValueError("--target-ongoing-requests needs --max-replicas (it steers Ray Serve's autoscaling)")
+
+
+class TranslationReplica:
+    """What one replica of the translation deployment runs: a ``TranslationService`` over the served models."""
+
+    def __init__(self, models: Sequence[str], options: EngineOptions, split_clauses: bool) -> None:
+        self.service = TranslationService(options, split_clauses)
+        for name in models:
+            self.service.model(name)
+        # Each request waits for its search in a thread of its own, so that the batcher sees them all at once.
+        self.waiting = ThreadPoolExecutor(MAX_ONGOING, thread_name_prefix="aiayn-request")
+
+    async def translate_many(self, requests: list[tuple[str, str, int | None]]) -> list[Result]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests)
+
+    async def translate_file(self, text: str, model: str, beam_size: int | None) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.waiting, self.service.translate_file, text, model, beam_size)
+
+
+def replica_lost() -> tuple[type[BaseException], ...]:
+    """The errors of a call whose replica died or left before it answered."""
+    from ray import exceptions
+
+    return (exceptions.RayActorError, exceptions.ActorUnavailableError)
+
+
+class RemoteTranslation(TranslationService):
+    """The page's service: its models loaded here for what the page shows of them (directions, examples, the
+    heatmap's forced pass), every translation asked of the translation deployment; a call whose replica died is
+    asked again, once."""
+
+    def __init__(self, handle: Any, options: EngineOptions, split_clauses: bool) -> None:
+        super().__init__(options, split_clauses)
+        self.handle = handle
+
+    def asked(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.handle, method).remote(*args).result()
+        except replica_lost():  # Ray's router drops the dead replica: the second call goes to another
+            return getattr(self.handle, method).remote(*args).result()
+
+    def translate_many(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result]:
+        for text, _, _ in requests:
+            check_length(text)
+        results: list[Result] = self.asked("translate_many", list(requests))
+        return results
+
+    def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
+        result = self.translate_many([(text, model, beam_size)])[0]
+        refuse_any(result.refused)
+        return result
+
+    def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
+        check_length(text, MAX_FILE_CHARS, "the file")
+        return str(self.asked("translate_file", text, model, beam_size))
+
+
+class PageIngress:
+    """The page's replica: the Gradio page and the JSON route, as ``aiayn serve`` serves them, over the translation
+    deployment's handle. Ray Serve builds its ASGI app in the replica (``__serve_build_asgi_app__``)."""
+
+    def __init__(self, translation: Any, models: list[str] | None, options: EngineOptions, split_clauses: bool) -> None:
+        from aiayn.serve.server import apply_gradio_settings
+
+        apply_gradio_settings()
+        self.service = RemoteTranslation(translation, options, split_clauses)
+        self.models = models
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from aiayn.serve.server import page_with_routes
+
+        return page_with_routes(self.service, self.models)
+
+
+def reachable(address: str) -> None:
+    """Refuse at once an ADDRESS where nothing listens (``ray.init`` would retry it for minutes)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--ray {address}: give the head's HOST:PORT (ray start --head prints it), or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise ValueError(
+            f"no Ray cluster answers at {address} ({err.strerror or err}); start one there with `ray start --head`, "
+            "or leave ADDRESS out to start one on this machine"
+        ) from None
+
+
+def connect(address: str | None) -> bool:
+    """Ray started here (no ``address``: a cluster of this machine alone, which ends with this process) or joined at
+    ``address`` (``auto``: the one running on this machine); whether it was started here."""
+    import ray
+
+    if address not in (None, "auto"):
+        reachable(address)
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except ConnectionError as err:
+        raise ValueError(
+            f"no Ray cluster answers at {address} ({str(err).splitlines()[0]}); start one there with `ray start "
+            "--head`, or leave ADDRESS out to start one on this machine"
+        ) from None
+    return address is None
+
+
+@dataclass(frozen=True)
+class Application:
+    """What `aiayn serve --ray` serves: the models, their engine, the replicas, where Ray's proxy listens."""
+
+    models: list[str] | None
+    options: EngineOptions
+    split_clauses: bool
+    scaling: Scaling
+    host: str
+    port: int
+
+
+def deploy(app: Application) -> None:
+    """``app`` on the connected cluster, Ray's HTTP proxy on its host and port on every node; returns once every
+    replica is ready."""
+    from ray import serve
+
+    serve.start(http_options={"host": app.host, "port": app.port}, logging_config=QUIET)
+    options = app.scaling.deployment_options()
+    translation = serve.deployment(TranslationReplica, name="Translation").options(**options)
+    page = serve.deployment(
+        serve.ingress()(PageIngress),
+        name="Page",
+        max_ongoing_requests=PAGE_MAX_ONGOING,
+        ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
+    )
+    replicas = translation.bind(app.models or [], app.options, app.split_clauses)
+    serve.run(page.bind(replicas, app.models, app.options, app.split_clauses), name=APP_NAME, route_prefix="/")
+
+
+def serve_on_ray(address: str | None, app: Application) -> None:
+    """`aiayn serve --ray`: the application until Ctrl-C (or SIGTERM), then taken down (and Ray with it where it was
+    started here); one line on stderr says where."""
+    from aiayn.serve.server import check_port
+
+    scaling = app.scaling
+    scaling.check()
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise RayMissing() from None
+    check_port(app.host, app.port)  # Ray's proxy would only say so in its own log
+    started = connect(address)
+    try:
+        deploy(app)
+        count = f"{scaling.min_replicas}–{scaling.max_replicas}" if scaling.autoscaling else str(scaling.replicas)
+        where = "a Ray cluster of this machine" if started else f"the Ray cluster at {address}"
+        print(
+            f"serving on {where}: {count} translation replica(s) ({app.options.variant} weights), the page and "
+            f"POST /v1/translate at http://{app.host}:{app.port} (Ray's HTTP proxy); Ctrl-C to stop",
+            file=sys.stderr,
+        )
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.delete(APP_NAME)
+        if started:
+            ray.shutdown()

@@ -1,0 +1,236 @@
+"""`aiayn serve --ray` on a real Ray cluster of two nodes on this machine: the page and the JSON route through Ray's
+HTTP proxy, two translation replicas, one of them killed mid-load, and nothing lost.
+
+Every node is bound to a loopback address, so the test's traffic, Ray's own included, stays on this machine's
+loopback interface: 127.0.0.2 for the head, 127.0.0.3 for the second node (Ray 2.60 replaces a node address of
+127.0.0.1 by the machine's routable one, and only that literal; the rest of 127/8 is taken as given). The cluster
+is the test's own (its own temporary directory and ports) and is stopped at the end, process by process: `ray
+stop` would stop every Ray cluster of the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from aiayn.bench.crowd import Connection, ask_page
+from aiayn.bench.serving import free_port, wait_until_serving
+from aiayn.engines.options import EngineOptions
+from aiayn.serve.service import TranslationService
+
+pytest.importorskip("ray.serve", reason="Ray Serve is an optional extra: pip install -e '.[ray]'")
+
+HEAD, SECOND = "127.0.0.2", "127.0.0.3"
+CLIENTS, REQUESTS_PER_CLIENT = 50, 10
+KILL_AFTER_S = 1.0
+START_TIMEOUT_S = 180
+SENTENCES = [
+    "Two dogs play in the snow.",
+    "A girl jumps into the pool.",
+    "A black cat sleeps on the sofa.",
+    "A man rides a bike down the street.",
+    "Children are playing soccer in a park.",
+    "An old woman sells flowers at the market.",
+    "Three men are working on a roof.",
+]
+# The cluster's processes started without token authentication (Ray 2.60 turns it on for `ray start` by default):
+# every address is a loopback one, and the test's processes would each need the token.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    address: str
+    temp_dir: Path
+    env: dict[str, str]
+
+
+def ray_command() -> str:
+    found = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    assert found is not None, "Ray is importable but its `ray` command is not on the PATH"
+    return found
+
+
+def processes_of(temp_dir: Path) -> set[int]:
+    """The PIDs of the Ray processes started for ``temp_dir``: those whose command line names it (the GCS, the
+    raylets), and every process they started (workers, agents: some rename their command line)."""
+    parents: dict[int, int] = {}
+    named = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if str(temp_dir) in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    named.add(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    family = set(named)
+    while grown := {pid for pid, parent in parents.items() if parent in family} - family:
+        family |= grown
+    return family
+
+
+def replicas(deployment: str) -> list[int]:
+    """The PIDs of a deployment's replicas (Ray names each replica's process ``ray::ServeReplica:APP:NAME``)."""
+    title = f"ray::ServeReplica:aiayn:{deployment}"
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").startswith(title):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    temp_dir = Path(tempfile.mkdtemp(prefix="aiayn-ray-", dir="/tmp"))  # short: Ray's sockets live under it
+    env = {**os.environ, **RAY_ENV}
+    port = free_port()
+    ray = ray_command()
+    common = ["--num-cpus=1", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
+    try:
+        head = [ray, "start", "--head", f"--node-ip-address={HEAD}", f"--port={port}", "--include-dashboard=false"]
+        subprocess.run([*head, *common], env=env, check=True, capture_output=True, timeout=START_TIMEOUT_S)
+        second = [ray, "start", f"--address={HEAD}:{port}", f"--node-ip-address={SECOND}", *common]
+        subprocess.run(
+            [*second, '--resources={"second_node": 1}'],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=START_TIMEOUT_S,
+        )
+        yield Cluster(f"{HEAD}:{port}", temp_dir, env)
+    finally:
+        for pid in processes_of(temp_dir):  # all at once: a worker whose raylet died first is orphaned
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served(cluster: Cluster, bundled: dict[str, Path]) -> Iterator[int]:
+    """`aiayn serve --ray ADDRESS --replicas 2` on the cluster: the port of Ray's HTTP proxy."""
+    port = free_port()
+    command = [sys.executable, "-m", "aiayn.cli", "serve", "--ray", cluster.address, "--replicas", "2"]
+    server = subprocess.Popen(
+        [*command, "--model", "en-de", "--port", str(port)],
+        env=cluster.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_serving(server, f"http://127.0.0.1:{port}/")
+        yield port
+    finally:
+        server.send_signal(signal.SIGTERM)  # takes the application down, leaves the cluster to the fixture
+        server.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def expected(bundled: dict[str, Path]) -> dict[str, str]:
+    """What `aiayn translate` gives each sentence (the CLI's own service)."""
+    service = TranslationService(EngineOptions(device="cpu"))
+    return {s: service.translate(s, "en-de").text for s in SENTENCES}
+
+
+async def json_client(port: int, number: int) -> list[tuple[str, str]]:
+    """One client's requests through the proxy, one after another: (sentence, answer or the error)."""
+    connection = await Connection.open(port)
+    answers = []
+    try:
+        for request in range(REQUESTS_PER_CLIENT):
+            sentence = SENTENCES[(number + request) % len(SENTENCES)]
+            body = {"sentences": [sentence], "direction": "en-de", "beam": 4}
+            try:
+                answer = json.loads(await connection.request("POST", "/v1/translate", body))["translations"][0]
+            except Exception as err:  # every failure is counted, none ends the client
+                answer = f"failed: {err!r}"
+                connection.close()
+                connection = await Connection.open(port)
+            answers.append((sentence, answer))
+    finally:
+        connection.close()
+    return answers
+
+
+async def crowd_with_a_replica_killed(port: int) -> tuple[list[tuple[str, str]], int]:
+    async def kill_one() -> int:
+        await asyncio.sleep(KILL_AFTER_S)
+        victim = replicas("Translation")[0]
+        os.kill(victim, signal.SIGKILL)
+        return victim
+
+    clients = asyncio.gather(*(json_client(port, n) for n in range(CLIENTS)))
+    answers, victim = await asyncio.gather(clients, kill_one())
+    return [pair for client in answers for pair in client], victim
+
+
+def test_two_nodes_hold_the_two_replicas(cluster: Cluster, served: int) -> None:
+    import ray
+
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        nodes = sorted((node["NodeManagerAddress"], node["Resources"]["CPU"]) for node in ray.nodes() if node["Alive"])
+    finally:
+        ray.shutdown()
+    assert nodes == [(HEAD, 1.0), (SECOND, 1.0)]
+    assert len(replicas("Translation")) == 2  # a CPU each: one on each node
+    assert len(replicas("Page")) == 1
+
+
+def test_a_replica_killed_under_load_loses_no_request(served: int, expected: dict[str, str]) -> None:
+    before = set(replicas("Translation"))
+    answers, victim = asyncio.run(crowd_with_a_replica_killed(served))
+    assert victim in before
+    assert len(answers) == CLIENTS * REQUESTS_PER_CLIENT
+    wrong = [(sentence, answer) for sentence, answer in answers if answer != expected[sentence]]
+    assert wrong == []  # every answer is `aiayn translate`'s: none lost, none failed
+    deadline = time.monotonic() + 120
+    while len(set(replicas("Translation")) - {victim}) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert len(set(replicas("Translation")) - {victim}) == 2  # Ray replaced it
+
+
+def test_the_pages_api_answers_through_the_proxy(served: int, expected: dict[str, str]) -> None:
+    async def ask() -> list[str]:
+        connection = await Connection.open(served)
+        try:
+            return [await ask_page(connection, s, "en-de") for s in SENTENCES]
+        finally:
+            connection.close()
+
+    assert asyncio.run(ask()) == [expected[s] for s in SENTENCES]
+
+
+def test_the_page_translates_in_chromium_through_the_proxy(served: int, expected: dict[str, str]) -> None:
+    from playwright.sync_api import expect
+
+    from aiayn.bench.web import CHROMIUM, chromium
+
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed: apt-get install -y chromium (Debian's package)")
+    with chromium() as browser:
+        page = browser.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"http://127.0.0.1:{served}/", wait_until="load")
+        page.locator("#source-text textarea").fill(SENTENCES[0])
+        page.locator("#translate-button").click()
+        expect(page.locator("#translation textarea")).to_have_value(expected[SENTENCES[0]])
+        page.close()
