@@ -3,7 +3,11 @@ end, and a table whose columns keep that order whatever order each folder's part
 
 from __future__ import annotations
 
-from aiayn.bench.web import median_parts, parts_table
+from pathlib import Path
+
+import pytest
+
+from aiayn.bench.web import CHROMIUM, median_parts, parts_table, served_folder, visitors
 
 
 def test_the_parts_are_medians_in_the_order_they_end_and_the_table_keeps_it() -> None:
@@ -22,3 +26,30 @@ def test_the_parts_are_medians_in_the_order_they_end_and_the_table_keeps_it() ->
         "| fp32 | 11–40 | 11–60 | 60–400 |",
         "| w4 | 1–4 | 1–2 | 5–9 |",
     ]
+
+
+NO_CHROMIUM = "Chromium is not installed: apt-get install -y chromium (Debian's package)"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_a_visitor_keeps_its_cache_from_one_page_to_the_next(tmp_path: Path) -> None:
+    """The second visit is a returning visitor's: the folder's large files come from the browser's own cache."""
+    (tmp_path / "index.html").write_text("<!doctype html><title>t</title>", encoding="utf-8")
+    (tmp_path / "big.bin").write_bytes(bytes(1_000_000))
+    fetch = """() => fetch('big.bin').then((r) => r.arrayBuffer()).then(
+        () => performance.getEntriesByName(new URL('big.bin', location).href)[0].transferSize)"""
+    with served_folder(tmp_path, isolated=False) as url, visitors() as visitor:
+        with visitor() as browser:
+            first = browser.new_page()
+            first.goto(url)
+            assert first.evaluate(fetch) > 1_000_000  # over the wire
+            first.close()
+            second = browser.new_page()
+            second.goto(url)
+            assert second.evaluate(fetch) < 1_000_000  # the cache's (at most a revalidation's headers)
+            second.close()
+        with visitor() as stranger:  # another visitor: nothing of the first one's
+            page = stranger.new_page()
+            page.goto(url)
+            assert page.evaluate(fetch) > 1_000_000
+            page.close()
