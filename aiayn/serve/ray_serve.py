@@ -12,6 +12,7 @@ this module imports it, and only when asked. Torch-free.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import socket
 import sys
@@ -208,6 +209,7 @@ def deploy(app: Application) -> None:
     replica is ready."""
     from ray import serve
 
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # this process's line says where; errors still show
     serve.start(http_options={"host": app.host, "port": app.port}, logging_config=QUIET)
     options = app.scaling.deployment_options()
     translation = serve.deployment(TranslationReplica, name="Translation").options(**options)
