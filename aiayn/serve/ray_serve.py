@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.engines.options import EngineOptions
-from aiayn.serve.service import Result, TranslationService, refuse_any
+from aiayn.serve.service import Result, TranslationService
 from aiayn.text.sentences import MAX_FILE_CHARS, check_length
 
 APP_NAME = "aiayn"
@@ -31,8 +31,8 @@ CONNECT_TIMEOUT_S = 5
 INSTALL = "pip install -e '.[ray]' (or pip install 'ray[serve]')"
 MAX_ONGOING = 256  # requests a translation replica takes at once: its batcher searches those of the moment together
 PAGE_MAX_ONGOING = 4096  # HTTP requests the page's replica holds at once: a crowd's posts and event streams
-# Ray Serve logs every request by default: a line written per request in each process it passes (py-spy: 2 % of the
-# page's replica); errors still are.
+# Ray Serve logs every request by default, a line in each process the request passes (py-spy: 2 % of the page's
+# replica's time); errors are logged still.
 QUIET = {"log_level": "WARNING", "enable_access_log": False}
 CPUS_PER_REPLICA = 1  # the default: a replica's engine runs one lane, the cores are the replicas'
 
@@ -77,7 +77,7 @@ class Scaling:
     def check(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"--replicas must be at least 1, got {self.replicas}")
-        if self.autoscaling and self.max_replicas is not None:
+        if self.max_replicas is not None:  # autoscaling
             low = self.replicas if self.min_replicas is None else self.min_replicas
             if not 0 <= low <= self.max_replicas:
                 raise ValueError(f"--min-replicas {low} must be from 0 to --max-replicas {self.max_replicas}")
@@ -133,11 +133,6 @@ class RemoteTranslation(TranslationService):
             check_length(text)
         results: list[Result] = self.asked("translate_many", list(requests))
         return results
-
-    def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
-        result = self.translate_many([(text, model, beam_size)])[0]
-        refuse_any(result.refused)
-        return result
 
     def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
         check_length(text, MAX_FILE_CHARS, "the file")
