@@ -178,7 +178,7 @@ def connect(address: str | None) -> bool:
     if address not in (None, "auto"):
         reachable(address)
     try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except ConnectionError as err:
         raise ValueError(
             f"no Ray cluster answers at {address} ({str(err).splitlines()[0]}); start one there with `ray start "
@@ -206,14 +206,12 @@ def deploy(app: Application) -> None:
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # this process's line says where; errors still show
     serve.start(http_options={"host": app.host, "port": app.port}, logging_config=QUIET)
-    options = app.scaling.deployment_options()
-    translation = serve.deployment(TranslationReplica, name="Translation").options(**options)
+    translation = serve.deployment(name="Translation", **app.scaling.deployment_options())(TranslationReplica)
     page = serve.deployment(
-        serve.ingress()(PageIngress),
         name="Page",
         max_ongoing_requests=PAGE_MAX_ONGOING,
         ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
-    )
+    )(serve.ingress()(PageIngress))
     replicas = translation.bind(app.models or [], app.options, app.split_clauses)
     serve.run(page.bind(replicas, app.models, app.options, app.split_clauses), name=APP_NAME, route_prefix="/")
 
