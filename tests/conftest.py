@@ -292,8 +292,10 @@ def cuda_binding_rules() -> Iterator[None]:
     )
     on_gpu: weakref.WeakSet[ort.IOBinding] = weakref.WeakSet()
     bound: weakref.WeakKeyDictionary[ort.IOBinding, dict[str, Any]] = weakref.WeakKeyDictionary()
-    captured: dict[tuple[int, int], tuple[Any, ...]] = {}  # (session, graph id) → what its capture bound
-    warmed: dict[int, set[tuple[Any, ...]]] = {}  # session → what its ordinary runs bound
+    # Keyed by the session itself, not its id(): a later test's session may get a freed one's id, and with it that
+    # one's captures (a replay "over other bindings" that never happened).
+    captured: weakref.WeakKeyDictionary[ort.InferenceSession, dict[int, tuple[Any, ...]]] = weakref.WeakKeyDictionary()
+    warmed: weakref.WeakKeyDictionary[ort.InferenceSession, set[tuple[Any, ...]]] = weakref.WeakKeyDictionary()
 
     def wrap(array: np.ndarray, *args: Any, **kwargs: Any) -> ort.OrtValue:
         value = from_numpy(array, *args, **kwargs)
@@ -340,15 +342,16 @@ def cuda_binding_rules() -> Iterator[None]:
         return tuple(sorted((name, frozen(entry)) for name, entry in bound.get(binding, {}).items()))
 
     def run(session: ort.InferenceSession, binding: ort.IOBinding, run_options: Any = None) -> None:
-        graph, key = graph_id(run_options), id(session)
+        graph = graph_id(run_options)
         if binding in on_gpu and graph == -1:
-            warmed.setdefault(key, set()).add(signature(binding))
+            warmed.setdefault(session, set()).add(signature(binding))
         elif binding in on_gpu:  # pytest.fail: no ``except Exception`` of the engine's can take it for ONNX Runtime's
-            if (key, graph) not in captured:
-                if signature(binding) not in warmed.get(key, set()):
+            graphs = captured.setdefault(session, {})
+            if graph not in graphs:
+                if signature(binding) not in warmed.get(session, set()):
                     pytest.fail(f"graph {graph} captured without a warm-up run")
-                captured[key, graph] = signature(binding)
-            if signature(binding) != captured[key, graph]:
+                graphs[graph] = signature(binding)
+            if signature(binding) != graphs[graph]:
                 pytest.fail(f"graph {graph} replayed over other bindings or host-read values than it was captured with")
         run_with_iobinding(session, binding, run_options)
 
