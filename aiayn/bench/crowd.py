@@ -207,17 +207,18 @@ async def crowd(
 
 
 async def json_route(port: int, pid: int, sentences: list[str], alone: dict[str, str], direction: str) -> JsonRow:
+    batches = json_batches(sentences)
     connection = await Connection.open(port)
     try:
         server_cpu, started = cpu_seconds(pid), time.perf_counter()
         answers = []
-        for batch in json_batches(sentences):
+        for batch in batches:
             body = {"sentences": batch, "direction": direction, "beam": BEAM}
             answers.append(json.loads(await connection.request("POST", "/v1/translate", body))["translations"])
         seconds, server_cpu = time.perf_counter() - started, cpu_seconds(pid) - server_cpu
     finally:
         connection.close()
-    identical = all(a == [alone[s] for s in batch] for a, batch in zip(answers, json_batches(sentences), strict=True))
+    identical = all(a == [alone[s] for s in batch] for a, batch in zip(answers, batches, strict=True))
     count = JSON_BATCH * JSON_BATCHES
     return JsonRow(count, seconds, identical, 1000 * server_cpu / count)
 

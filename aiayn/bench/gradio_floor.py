@@ -8,14 +8,13 @@ so the page's figures are read against it: ``python -m aiayn.bench.gradio_floor 
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import gradio as gr
 
 from aiayn.serve.page import BATCH_SIZE, BATCHES_AT_ONCE, MAX_WAITING
-from aiayn.serve.server import GRADIO_SETTINGS, launch
+from aiayn.serve.server import apply_gradio_settings, launch
 
 
 def echo(text: list[Any], direction: list[Any], beam_size: list[Any]) -> tuple[list[str], list[str]]:
@@ -41,8 +40,7 @@ def floor_app() -> gr.Blocks:
 
 
 if __name__ == "__main__":
-    for name, value in GRADIO_SETTINGS.items():
-        os.environ.setdefault(name, value)
+    apply_gradio_settings()
     app = floor_app()
     launch(app, port=int(sys.argv[1]))
     app.block_thread()

@@ -22,6 +22,8 @@ from aiayn.serve.requests import pair_value
 
 ROUNDS = 3
 REPLICAS = 2
+Answers = list[tuple[str, str]]  # (sentence, its answer), one per sentence asked
+FAILED = "failed: "  # what a failed request's sentences are answered with
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,10 @@ class RayRow:
         return [r / o for r, o in zip(self.ray_per_s, self.one_process_per_s, strict=True)]
 
 
-async def json_crowd(port: int, load: Load, sentences: list[str], direction: str) -> tuple[float, dict[str, set[str]]]:
-    """``load`` on the JSON route: sentences/s, and every answer each sentence got."""
-    answers: dict[str, set[str]] = {}
+async def json_crowd(port: int, load: Load, sentences: list[str], direction: str) -> tuple[float, Answers]:
+    """``load`` on the JSON route: sentences/s, and (sentence, answer) for every sentence asked; a request that
+    fails gives each of its sentences ``FAILED`` and the error, and its client goes on on a new connection."""
+    answers: Answers = []
 
     async def client(number: int) -> None:
         connection = await Connection.open(port)
@@ -58,16 +61,19 @@ async def json_crowd(port: int, load: Load, sentences: list[str], direction: str
                 first = (number * load.requests_per_client + request) * load.sentences_per_request
                 asked = [sentences[(first + i) % len(sentences)] for i in range(load.sentences_per_request)]
                 body = {"sentences": asked, "direction": direction, "beam": BEAM}
-                got = json.loads(await connection.request("POST", "/v1/translate", body))["translations"]
-                for sentence, answer in zip(asked, got, strict=True):
-                    answers.setdefault(sentence, set()).add(answer)
+                try:
+                    got = json.loads(await connection.request("POST", "/v1/translate", body))["translations"]
+                except Exception as err:  # counted, as the crowd's own failures are: it ends no client
+                    got = [f"{FAILED}{err!r}"] * len(asked)
+                    connection.close()
+                    connection = await Connection.open(port)
+                answers.extend(zip(asked, got, strict=True))
         finally:
             connection.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(client(n) for n in range(load.clients)))
-    count = load.clients * load.requests_per_client * load.sentences_per_request
-    return count / (time.perf_counter() - started), answers
+    return len(answers) / (time.perf_counter() - started), answers
 
 
 def measure_ray(model: str, sentences: list[str]) -> list[RayRow]:
@@ -85,9 +91,9 @@ def measure_ray(model: str, sentences: list[str]) -> list[RayRow]:
                 for load in LOADS:
                     rate, answers = asyncio.run(json_crowd(port, load, sample, direction))
                     per_s.setdefault((who, load.name), []).append(rate)
-                    for sentence, got in answers.items():
-                        seen.setdefault(sentence, set()).update(got)
-    identical = all(len(got) == 1 for got in seen.values())
+                    for sentence, answer in answers:
+                        seen.setdefault(sentence, set()).add(answer)
+    identical = all(len(got) == 1 and not next(iter(got)).startswith(FAILED) for got in seen.values())
     return [RayRow(load, per_s["ray", load.name], per_s["one", load.name], identical) for load in LOADS]
 
 

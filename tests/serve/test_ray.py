@@ -11,7 +11,6 @@ stop` would stop every Ray cluster of the machine.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.bench.crowd import Connection, ask_page
+from aiayn.bench.ray_serving import Load, json_crowd
 from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.engines.options import EngineOptions
 from aiayn.serve.service import TranslationService
@@ -150,36 +150,19 @@ def expected(bundled: dict[str, Path]) -> dict[str, str]:
     return {s: service.translate(s, "en-de").text for s in SENTENCES}
 
 
-async def json_client(port: int, number: int) -> list[tuple[str, str]]:
-    """One client's requests through the proxy, one after another: (sentence, answer or the error)."""
-    connection = await Connection.open(port)
-    answers = []
-    try:
-        for request in range(REQUESTS_PER_CLIENT):
-            sentence = SENTENCES[(number + request) % len(SENTENCES)]
-            body = {"sentences": [sentence], "direction": "en-de", "beam": 4}
-            try:
-                answer = json.loads(await connection.request("POST", "/v1/translate", body))["translations"][0]
-            except Exception as err:  # every failure is counted, none ends the client
-                answer = f"failed: {err!r}"
-                connection.close()
-                connection = await Connection.open(port)
-            answers.append((sentence, answer))
-    finally:
-        connection.close()
-    return answers
-
-
 async def crowd_with_a_replica_killed(port: int) -> tuple[list[tuple[str, str]], int]:
+    """The bench's JSON crowd (one sentence a request) through the proxy, one translation replica killed by its
+    PID ``KILL_AFTER_S`` into it: every (sentence, answer), and the PID killed."""
+
     async def kill_one() -> int:
         await asyncio.sleep(KILL_AFTER_S)
         victim = replicas("Translation")[0]
         os.kill(victim, signal.SIGKILL)
         return victim
 
-    clients = asyncio.gather(*(json_client(port, n) for n in range(CLIENTS)))
-    answers, victim = await asyncio.gather(clients, kill_one())
-    return [pair for client in answers for pair in client], victim
+    load = Load("one sentence", CLIENTS, REQUESTS_PER_CLIENT, 1)
+    (_, answers), victim = await asyncio.gather(json_crowd(port, load, SENTENCES, "en-de"), kill_one())
+    return answers, victim
 
 
 def test_two_nodes_hold_the_two_replicas(cluster: Cluster, served: int) -> None:
