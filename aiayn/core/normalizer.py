@@ -24,6 +24,7 @@ that reads the same in Oniguruma (HF tokenizers), JavaScript ``u``-mode RegExp, 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import unicodedata
@@ -66,7 +67,10 @@ def char_class(chars: Iterable[str], negate: bool = False) -> str:
     return "[" + ("^" if negate else "") + "".join(parts) + "]"
 
 
-WHITESPACE_RUN = char_class(c for c in code_points() if c.isspace()) + "+"
+@functools.cache
+def whitespace_run() -> str:
+    """A regex of one run of what ``str.split()`` splits on (built when first asked: it scans every code point)."""
+    return char_class(c for c in code_points() if c.isspace()) + "+"
 
 
 def kept_characters(tokenizer: Tokenizer, special_tokens: Iterable[str]) -> set[str]:
@@ -101,7 +105,7 @@ def tidy_normalizer(tokenizer: Tokenizer, special_tokens: Iterable[str]) -> norm
             normalizers.Replace(Regex(char_class(unassigned)), "\ufffd"),
             *(normalizers.Replace(c, form) for c, form in sorted(nfkc_differences().items())),
             normalizers.NFKC(),
-            normalizers.Replace(Regex(WHITESPACE_RUN), " "),
+            normalizers.Replace(Regex(whitespace_run()), " "),
             # A regex, not normalizers.Strip: only U+0020 can be left at the ends here, and tokenizers.js'
             # Strip is JavaScript's trim(), which would also drop U+FEFF.
             normalizers.Replace(Regex("^ | $"), ""),

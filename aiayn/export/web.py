@@ -29,7 +29,7 @@ from aiayn.core.contract import (
     kv_names,
 )
 from aiayn.core.folder import CONFIG_FILE, ModelFolder
-from aiayn.core.normalizer import WHITESPACE_RUN, char_class, code_points, is_tidy, tidied
+from aiayn.core.normalizer import char_class, code_points, is_tidy, tidied, whitespace_run
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
 from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.load import load_engine
@@ -107,7 +107,7 @@ def web_section(folder: ModelFolder, variant: str) -> dict[str, Any]:
         # Text (text/sentences.py): regexes as character classes of the characters themselves (normalizer.py).
         "line_break": LINE_BREAK.pattern,
         "other_breaks": OTHER_BREAKS.pattern,
-        "whitespace": WHITESPACE_RUN.removesuffix("+"),
+        "whitespace": whitespace_run().removesuffix("+"),
         "alnum": char_class(c for c in points if c.isalnum()),
         "opens_sentence": char_class(c for c in points if opens_sentence(c)),
         "opening": OPENING,
