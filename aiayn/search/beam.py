@@ -50,15 +50,15 @@ class Beams:
     """The live beams of the sentences still searched: row r of each array is the r-th active sentence."""
 
     active: np.ndarray  # (n,) the sentences still searched
-    scores: np.ndarray  # (n, k) log-probabilities of the live beams, -inf for a dead one
-    tokens: np.ndarray  # (n, k, length - 1)
-    token_log_probs: np.ndarray  # (n, k, length - 1) each token's, as the step that chose it gave it
+    scores: np.ndarray  # (n, w) log-probabilities of the live beams, -inf for a dead one (w: 1 at first, then k)
+    tokens: np.ndarray  # (n, w, length - 1)
+    token_log_probs: np.ndarray  # (n, w, length - 1) each token's, as the step that chose it gave it
 
     @classmethod
-    def start(cls, batch: int, k: int) -> Beams:
-        scores = np.full((batch, k), -np.inf)
-        scores[:, 0] = 0.0  # one live beam at first, so that the beams do not start as copies
-        return cls(np.arange(batch), scores, np.zeros((batch, k, 0), dtype=np.int64), np.zeros((batch, k, 0)))
+    def start(cls, batch: int) -> Beams:
+        """One beam per sentence, empty: the first step's best tokens become the k beams (the decoder runs that
+        step on one row per sentence, not on k copies of it)."""
+        return cls(np.arange(batch), np.zeros((batch, 1)), np.zeros((batch, 1, 0), np.int64), np.zeros((batch, 1, 0)))
 
     def rows(self, keep: np.ndarray) -> Beams:
         """The sentences of ``keep`` (n,) only."""
@@ -116,40 +116,44 @@ def beam_search_nbest(
     batch, k = src_ids.shape[0], beam_size
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
     finished = Finished(batch)
-    # State rows are sentence-major: row r * k + b is beam b of the r-th active sentence.
-    state = model.select(model.start(src_ids), np.repeat(np.arange(batch), k))
-    beams = Beams.start(batch, k)
-    last = np.full((batch * k, 1), model.bos_id, dtype=np.int64)  # (n * k, 1)
+    # State rows are sentence-major: row r * w + b is beam b of the r-th active sentence (w beams each: 1 on the
+    # first step, k after).
+    state = model.start(src_ids)
+    beams = Beams.start(batch)
+    last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (n * w, 1)
     for length in range(1, int(limits.max()) + 1):
+        width = beams.scores.shape[1]
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
-        top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k, length > min_len)  # (n * k, kk)
-        candidates = ranked_candidates(beams.scores, top_log_probs, top_ids, model.eos_id)
+        top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k, length > min_len)  # (n * w, kk)
+        candidates = ranked_candidates(beams.scores, top_log_probs, top_ids, model.eos_id, k)
         lp = length_penalty_of(length, length_penalty, length_normalization)
         finish_ended(finished, beams, candidates, lp)
-        beams, parents = advance(beams, candidates, model.eos_id)
+        beams, parents = advance(beams, candidates, model.eos_id, k)
         at_limit = limits[beams.active] <= length  # (n,)
         finish_at_limit(finished, beams, at_limit, lp)
         # (n,) slot 0 is live if any is
         going = ~at_limit & (finished.ended[beams.active] < k) & np.isfinite(beams.scores[:, 0])
         if not going.any():
             break
-        state = model.select(state, (np.flatnonzero(going)[:, None] * k + parents[going]).reshape(-1))
+        state = model.select(state, (np.flatnonzero(going)[:, None] * width + parents[going]).reshape(-1))
         beams = beams.rows(going)
         last = beams.tokens[:, :, -1].reshape(-1, 1)
     return finished.best(k)
 
 
-def ranked_candidates(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int) -> Candidates:
-    """Each sentence's best 2k continuations of its beams (``scores``, (n, k)) by each beam's best tokens
-    (``top_ids`` and ``top_log_probs``, (n * k, kk)), best first: which of them end, which take the next k beams."""
-    (n, k), kk = scores.shape, top_ids.shape[1]
+def ranked_candidates(
+    scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int, k: int
+) -> Candidates:
+    """Each sentence's best 2k continuations of its beams (``scores``, (n, w)) by each beam's best tokens
+    (``top_ids`` and ``top_log_probs``, (n * w, kk)), best first: which of them end, which take the next k beams."""
+    (n, w), kk = scores.shape, top_ids.shape[1]
     row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
-    every = (scores[:, :, None] + top_log_probs.reshape(n, k, kk)).reshape(n, k * kk)
+    every = (scores[:, :, None] + top_log_probs.reshape(n, w, kk)).reshape(n, w * kk)
     # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
     # scores the column order is the (beam, token) order: ties break as over the whole vocabulary.
     # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
-    flat = top_columns(every, min(2 * k, k * kk))  # (n, m)
-    log_prob, token = every[row, flat], top_ids.reshape(n, k * kk)[row, flat]  # (n, m) each
+    flat = top_columns(every, min(2 * k, w * kk))  # (n, m)
+    log_prob, token = every[row, flat], top_ids.reshape(n, w * kk)[row, flat]  # (n, m) each
     possible, is_eos = np.isfinite(log_prob), token == eos
     live = possible & ~is_eos
     live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
@@ -158,7 +162,7 @@ def ranked_candidates(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np
         log_prob=log_prob,
         parent=flat // kk,
         token=token,
-        token_log_prob=top_log_probs.reshape(n, k * kk)[row, flat],
+        token_log_prob=top_log_probs.reshape(n, w * kk)[row, flat],
         ends=possible & is_eos & in_beam,
         takes=live & in_beam,
         slot=live_rank - 1,
@@ -173,10 +177,10 @@ def finish_ended(finished: Finished, beams: Beams, candidates: Candidates, lp: f
         finished.add(beams.active[r], tokens, own, float(candidates.log_prob[r, c]), True, lp)
 
 
-def advance(beams: Beams, candidates: Candidates, eos: int) -> tuple[Beams, np.ndarray]:
-    """The beams one token longer, each sentence's live candidates in rank order, and the parent of each new beam
+def advance(beams: Beams, candidates: Candidates, eos: int, k: int) -> tuple[Beams, np.ndarray]:
+    """The k beams one token longer, each sentence's live candidates in rank order, and the parent of each new beam
     (n, k). A sentence with fewer than k live candidates keeps dead beams: they copy beam 0, scored -inf."""
-    n, k = beams.scores.shape
+    n = beams.scores.shape[0]
     row = np.arange(n)[:, None]  # (n, 1)
     rows, cols = np.nonzero(candidates.takes)
     slot = candidates.slot[rows, cols]  # (live ones,)

@@ -285,7 +285,7 @@ def test_done_sentences_leave_the_state() -> None:
     assert model.rows_per_step == [2, 2, 1, 1, 1, 1]
     model.rows_per_step.clear()
     beam_search(model, np.array([[4, EOS], [5, EOS]]), beam_size=3, max_len=np.array([2, 4]))
-    assert model.rows_per_step == [6, 6, 3, 3]
+    assert model.rows_per_step == [2, 6, 3, 3]  # the first step on one row per sentence, then 3 beams each
 
 
 def test_bad_settings_are_refused() -> None:
@@ -379,7 +379,7 @@ def test_a_beam_with_a_single_possible_candidate_goes_on() -> None:
         model = ToyModel.from_weights(table)
         (found,) = beam_search(model, source(3), beam)
         assert (found.tokens, found.log_prob, found.ended, found.token_log_probs) == ([a, b], 0.0, True, [0.0, 0.0])
-        assert model.rows_per_step == [beam] * 3
+        assert model.rows_per_step == [1, beam, beam]  # one row on the first step, then the beam whole
         assert [[h.tokens for h in hyps] for hyps in beam_search_nbest(model, source(3), beam)] == [[[a, b]]]
 
 

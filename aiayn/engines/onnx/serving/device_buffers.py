@@ -409,8 +409,9 @@ class DeviceBuffers:
         n = state.blocks.size * g
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= n)):
             raise ValueError(f"rows must be indices below {n}")
-        if not batch.cached and g == 1 and (k := run_length(rows)) and distinct(rows[::k]):
-            return self.regrouped(batch, state.blocks[rows[::k]], k)  # the beam's k copies, at the start
+        if g == 1 and (k := run_length(rows)) and (k > 1 or not batch.cached) and distinct(rows[::k]):
+            # The beam's k copies of each sentence, after its first step (each copying its row's history) or before.
+            return self.regrouped(batch, state.blocks[rows[::k]], k, state.rows[rows] if batch.cached else None)
         of = (rows // g).reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g) each row's old sentence
         if of is None or not (of == of[:, :1]).all() or not distinct(of[:, 0]):
             return self.regrouped(batch, state.rows[rows] // g, 1, state.rows[rows])
@@ -456,7 +457,7 @@ class DeviceBuffers:
             cross = self.workspace.read(CROSS, batch.shapes.cross(self.config))
             self.workspace.write(CROSS, np.ascontiguousarray(cross[:, picked]))
         if batch.cached:
-            assert rows is not None  # a batch regroups its sentences' blocks only before its first step
+            assert rows is not None  # a cached batch regroups over each new row's old row
             old_rows = np.zeros(shapes.rows, np.int64)
             old_rows[: rows.size] = rows
             cache = self.workspace.read(CACHES[batch.cache], batch.shapes.cache(self.config))

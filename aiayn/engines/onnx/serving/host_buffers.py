@@ -15,6 +15,8 @@ cross keys/values, which are never repeated per beam. ``select`` is cheap:
 - a sentence that leaves the search just stops being read: its rows keep running
   (on </s>) until the live sentences fall to ``COMPACT_BELOW`` of the physical
   ones, and only then are the live blocks moved to the front (filled part only);
+- the beam's first step runs on one row per sentence (all its beams would start from <s>); the selection after
+  it, each sentence's row k times, makes that row a block of k copies (``regroup``);
 - anything else (rows repeated across sentences, say) falls back to a general
   gather into fresh buffers with one row per sentence.
 
@@ -232,14 +234,10 @@ class HostBuffers:
         batch, g = state.batch, state.batch.group
         if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= state.rows.size)):
             raise ValueError(f"rows must be indices below {state.rows.size}")
-        if batch.cache is None and g == 1:
-            group = run_length(rows)
-            if group and distinct(rows[::group]):
-                # Before the first step nothing is cached: regroup (the beam's k copies of each sentence).
-                consume(state)
-                batch.group, batch.binding = group, None
-                slots = self.with_spare_blocks(batch, state.rows[rows[::group]])
-                return self.compact(batch, slots, np.arange(rows.size) % group)
+        if g == 1 and (group := run_length(rows)) and (group > 1 or batch.cache is None) and distinct(rows[::group]):
+            # The beam's k copies of each sentence (after its first step, or before any): regroup.
+            consume(state)
+            return self.regroup(batch, state.rows[rows[::group]], group)
         sentence = rows // g  # (new rows,) the search's old sentence of each new row
         blocks = sentence.reshape(-1, g) if rows.size % g == 0 else None  # (new sentences, g)
         if blocks is None or not (blocks == blocks[:, :1]).all() or not distinct(blocks[:, 0]):
@@ -286,6 +284,24 @@ class HostBuffers:
         t = batch.past_len
         batch.cache[:, target[later], :, :t] = batch.cache[:, parents[later], :, :t]
         return target
+
+    def regroup(self, batch: Batch, physical: np.ndarray, group: int) -> HostState:
+        """A batch of one row per sentence → ``group`` rows for each of the rows ``physical``, each a copy of its
+        row's filled cache, and rebind."""
+        cache = batch.cache
+        batch.group, batch.binding = group, None
+        slots = self.with_spare_blocks(batch, physical)
+        if cache is None:
+            return self.compact(batch, slots, np.arange(physical.size * group) % group)
+        copies = np.repeat(slots, group)  # (new rows,) the row each copies
+        batch.cross = np.ascontiguousarray(batch.cross[:, slots])
+        batch.src_mask = np.ascontiguousarray(batch.src_mask[slots])
+        batch.cache = np.empty((cache.shape[0], copies.size, *cache.shape[2:]), np.float32)
+        batch.cache[:, :, :, : batch.past_len] = cache[:, copies, :, : batch.past_len]
+        batch.ids = batch.ids[copies]
+        batch.seqlens = np.zeros(copies.size, np.int32)
+        self.bind(batch)
+        return state_of(batch, np.arange(physical.size * group))
 
     def compact(self, batch: Batch, slots: np.ndarray, offsets: np.ndarray) -> HostState:
         """Keep the physical blocks ``slots`` only, moved to the front (filled cache only), and rebind.
