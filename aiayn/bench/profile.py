@@ -67,12 +67,18 @@ def op_split(trace: list[dict[str, Any]], beam: int = 1, batch: int = 1) -> Spli
 
 
 def profile_decoder(
-    folder: ModelFolder, sentences: list[str], beam: int, batch: int, settings: SearchSettings | None = None
+    folder: ModelFolder,
+    sentences: list[str],
+    beam: int,
+    batch: int,
+    settings: SearchSettings | None = None,
+    variant: str = "fp32",
 ) -> Split:
-    """The serving decoder's op split over one search of ``sentences``."""
+    """The serving decoder's op split over one search of ``sentences``, its weights ``variant``'s."""
     settings = settings or SearchSettings(beam_size=beam)
     with tempfile.TemporaryDirectory(prefix="aiayn-profile-") as directory:
-        placement = place(EngineOptions(ONNX, "cpu", lanes=1), profile_prefix=str(Path(directory) / "decoder"))
+        options = EngineOptions(ONNX, "cpu", variant, lanes=1)
+        placement = place(options, profile_prefix=str(Path(directory) / "decoder"))
         engine: Any = load_engine(folder, placement)
         translator = translator_for(folder, engine, max_sentences=batch)
         src_ids = [translator.source_ids(s) for s in sentences]
@@ -105,9 +111,10 @@ def profile_report(splits: list[Split], title: str, top: int = 10) -> str:
     return "\n\n".join(blocks)
 
 
-def profile_sizes(folder: ModelFolder, sentences: list[str], quick: bool) -> str:
+def profile_sizes(folder: ModelFolder, sentences: list[str], quick: bool, variant: str = "fp32") -> str:
     """The splits of the bench's rows (greedy and beam 4, batch 1 and 32) on ``folder``'s model, then on a model of
-    the paper's base size with random weights (``base_size.base_folder``; every output 24 tokens)."""
+    the paper's base size with random weights (``base_size.base_folder``; every output 24 tokens), with the weights
+    of ``variant``."""
     from aiayn.bench.base_size import BASE_CONFIGS, base_folder
     from aiayn.bench.engines import CONFIGS
 
@@ -121,12 +128,14 @@ def profile_sizes(folder: ModelFolder, sentences: list[str], quick: bool) -> str
                 beam,
                 batch,
                 SearchSettings(beam, min_len=length or 0, max_len=length),
+                variant,
             )
             for beam, batch in configs
         ]
 
-    own = profile_report(splits(folder, CONFIGS, None), folder.path.name)
+    weights = "" if variant == "fp32" else f", {variant}"
+    own = profile_report(splits(folder, CONFIGS, None), f"{folder.path.name}{weights}")
     with tempfile.TemporaryDirectory() as tmp:
         base = base_folder(folder, Path(tmp) / "base")
-        at_base = profile_report(splits(base, BASE_CONFIGS, 24), "base size")
+        at_base = profile_report(splits(base, BASE_CONFIGS, 24), f"base size{weights}")
     return f"{own}\n\n{at_base}"

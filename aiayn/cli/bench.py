@@ -84,7 +84,7 @@ def bench_memory(folder: ModelFolder, args: argparse.Namespace) -> str:
 def bench_profile(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.profile import profile_sizes
 
-    return profile_sizes(folder, split_of(folder, args).src, args.quick)
+    return profile_sizes(folder, split_of(folder, args).src, args.quick, args.variant)
 
 
 def bench_sessions(folder: ModelFolder, args: argparse.Namespace) -> str:
@@ -177,7 +177,8 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     # The engine's flags: --device picks the speed table's framings (cuda: ours on the GPU against CTranslate2 there,
     # fp32 and fp16, with each engine's GPU memory); --cores, --threads-per-lane and --variant are --long's (the
-    # speed table's framings fix their own, and its base-size rows measure fp32, w8 and w4 side by side).
+    # speed table's framings fix their own, and its base-size rows measure fp32, w8 and w4 side by side); --variant
+    # is --profile's too.
     add_engine_flags(p, engine_help=None, device_default="cpu")
     p.add_argument(
         "--quick",
@@ -246,5 +247,6 @@ def add_mode_flags(p: argparse.ArgumentParser) -> None:
         "--profile",
         action="store_true",
         help="where the serving decoder's time goes, by op type (ONNX Runtime's profiler, one thread): greedy and "
-        "beam 4, batch 1 and 32, on the model and at the paper's base size (random weights)",
+        "beam 4, batch 1 and 32, on the model and at the paper's base size (random weights), with --variant's "
+        "weights",
     )

@@ -24,6 +24,12 @@ def test_the_split_names_the_decoders_ops_and_sums_to_the_whole(tiny_folder: Pat
     assert f"| {len(split.ops) - 3} others |" in text
 
 
+def test_the_split_is_of_the_variant_asked_for(tiny_folder: Path) -> None:
+    split = profile_decoder(ModelFolder.open(tiny_folder), SENTENCES, beam=1, batch=2, variant="w8")
+    ops = {op.op for op in split.ops}
+    assert "MatMulNBits" in ops and "MatMul" not in ops and "Gemm" not in ops
+
+
 def test_fences_and_session_events_are_not_node_time() -> None:
     trace = [
         {"cat": "Session", "name": "session_initialization", "dur": 900},
