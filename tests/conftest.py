@@ -149,6 +149,28 @@ class Page:
     log: Path
 
 
+def blocker_source(module: str) -> str:
+    """Python source (a ``sitecustomize.py``, or a script's head) after which importing ``module`` or any of its
+    submodules raises ImportError, as an install without it would."""
+    return f"""
+import sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r} or name.startswith({module + "."!r}):
+            raise ImportError("{module} is blocked in this test")
+        return None
+
+sys.meta_path.insert(0, Block())
+"""
+
+
+@pytest.fixture(scope="session")
+def import_blocker() -> Callable[[str], str]:
+    """``blocker_source``: the module a test's subprocess must run without."""
+    return blocker_source
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

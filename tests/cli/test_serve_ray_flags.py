@@ -5,24 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
 from aiayn.cli import build_parser, main
 from aiayn.engines.options import EngineOptions
 from aiayn.serve.ray_serve import MAX_ONGOING, Application, RayMissing, Scaling
-
-BLOCK_RAY = """
-import sys
-
-class BlockRay:
-    def find_spec(self, name, path=None, target=None):
-        if name == "ray" or name.startswith("ray."):
-            raise ImportError("ray is blocked in this test")
-        return None
-
-sys.meta_path.insert(0, BlockRay())
-"""
 
 
 def test_a_fixed_count_and_autoscaling_are_ray_serves_own_settings() -> None:
@@ -73,8 +62,8 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch: pytest.Monkey
         serve_on_ray(None, app)
 
 
-def test_the_cli_says_it_in_one_line_and_never_imports_ray_otherwise() -> None:
-    script = BLOCK_RAY + (
+def test_the_cli_says_it_in_one_line_and_never_imports_ray_otherwise(import_blocker: Callable[[str], str]) -> None:
+    script = import_blocker("ray") + (
         "from aiayn.cli import main\n"
         "import aiayn.serve.server, aiayn.serve.page, aiayn.serve.api, aiayn.serve.ray_serve\n"
         "raise SystemExit(main(['serve', '--ray', '--port', '1']))\n"

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-BLOCK_TORCH = """
-import sys
-
-class BlockTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked in this test")
-        return None
-
-sys.meta_path.insert(0, BlockTorch())
-"""
 
 SERVE = """
 import socket
@@ -47,8 +36,10 @@ assert not any(name == "torch" or name.startswith("torch.") for name in sys.modu
 """
 
 
-def test_serve_path_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+def test_serve_path_runs_without_torch(
+    import_blocker: Callable[[str], str], bundled: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(import_blocker("torch"))
     check = subprocess.run(
         [sys.executable, "-c", "import torch"], env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True
     )
@@ -67,9 +58,9 @@ def test_serve_path_runs_without_torch(bundled: dict[str, Path], tmp_path: Path)
 
 
 def test_eval_takes_the_onnx_engine_where_torch_is_missing(
-    bundled: dict[str, Path], multi30k_dir: Path, tmp_path: Path
+    import_blocker: Callable[[str], str], bundled: dict[str, Path], multi30k_dir: Path, tmp_path: Path
 ) -> None:
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    (tmp_path / "sitecustomize.py").write_text(import_blocker("torch"))
     command = [sys.executable, "-m", "aiayn.cli", "eval", "--limit", "2", "--beam", "1", "--device", "cpu"]
     result = subprocess.run(
         [*command, "--data", str(multi30k_dir)],
@@ -82,8 +73,8 @@ def test_eval_takes_the_onnx_engine_where_torch_is_missing(
     assert "engine onnx (fp32)" in result.stderr and "BLEU" in result.stdout
 
 
-def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+def test_commands_that_need_torch_say_so_in_one_line(import_blocker: Callable[[str], str], tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(import_blocker("torch"))
     train = ["train", "--src", "en", "--tgt", "de", "--out", str(tmp_path / "m")]
     for command in (train, ["export", "en-de"], ["bench"]):
         result = subprocess.run(
@@ -100,10 +91,12 @@ def test_commands_that_need_torch_say_so_in_one_line(tmp_path: Path) -> None:
         ]
 
 
-def test_export_to_web_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:
+def test_export_to_web_runs_without_torch(
+    import_blocker: Callable[[str], str], bundled: dict[str, Path], tmp_path: Path
+) -> None:
     """The browser folder only rewrites graphs already exported, w8's blocks included: the demo install writes it
     too."""
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    (tmp_path / "sitecustomize.py").write_text(import_blocker("torch"))
     result = subprocess.run(
         [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "web", "--out", str(tmp_path / "site")]
         + ["--variant", "w8"],
@@ -119,9 +112,11 @@ def test_export_to_web_runs_without_torch(bundled: dict[str, Path], tmp_path: Pa
     assert "w8 graphs" in result.stdout
 
 
-def test_export_to_space_runs_without_torch(bundled: dict[str, Path], tmp_path: Path) -> None:
+def test_export_to_space_runs_without_torch(
+    import_blocker: Callable[[str], str], bundled: dict[str, Path], tmp_path: Path
+) -> None:
     """A Space copies the weights and the modules its app.py reaches: the demo install writes it too."""
-    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    (tmp_path / "sitecustomize.py").write_text(import_blocker("torch"))
     result = subprocess.run(
         [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(tmp_path / "space")],
         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},

@@ -112,6 +112,11 @@ def state_of(batch: Batch, rows: np.ndarray) -> HostState:
     return HostState(batch, rows, batch.version, identity)
 
 
+def keeps_every_block(batch: Batch, slots: np.ndarray) -> bool:
+    """``slots`` are the batch's blocks as they lie: a selection of them moves nothing."""
+    return slots.size == batch.sentences and bool((slots == np.arange(slots.size)).all())
+
+
 class HostBuffers:
     """The decoder state of the CPU serving graphs in NumPy buffers: encode, step and select over two sessions whose
     every run has a multiple of ``row_multiple`` rows (tokens in the encoder, physical rows in the decoder)."""
@@ -294,8 +299,9 @@ class HostBuffers:
         if cache is None:
             return self.compact(batch, slots, np.arange(physical.size * group) % group)
         copies = np.repeat(slots, group)  # (new rows,) the row each copies
-        batch.cross = np.ascontiguousarray(batch.cross[:, slots])
-        batch.src_mask = np.ascontiguousarray(batch.src_mask[slots])
+        if not keeps_every_block(batch, slots):
+            batch.cross = np.ascontiguousarray(batch.cross[:, slots])
+            batch.src_mask = np.ascontiguousarray(batch.src_mask[slots])
         batch.cache = np.empty((cache.shape[0], copies.size, *cache.shape[2:]), np.float32)
         batch.cache[:, :, :, : batch.past_len] = cache[:, copies, :, : batch.past_len]
         batch.ids = batch.ids[copies]
@@ -312,7 +318,7 @@ class HostBuffers:
         n, g, t = slots.size, batch.group, batch.past_len
         live = offsets.size // g
         rows = (np.arange(live)[:, None] * g + offsets.reshape(live, g)).reshape(-1)
-        if n == batch.sentences and bool((slots == np.arange(n)).all()):
+        if keeps_every_block(batch, slots):
             return state_of(batch, rows)  # nothing to move
         batch.cross = np.ascontiguousarray(batch.cross[:, slots])
         batch.src_mask = np.ascontiguousarray(batch.src_mask[slots])
