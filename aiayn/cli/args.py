@@ -38,6 +38,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def share(text: str) -> float:
+    """A share of something, 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a share from 0 to 1, got {text!r}")
+    return value
+
+
 def port_number(text: str) -> int:
     value = positive_int(text)
     if value > 65535:

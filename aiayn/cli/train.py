@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import UserError, add_device_flag, config_override, positive_int
+from aiayn.cli.args import UserError, add_device_flag, config_override, positive_int, share
 from aiayn.cli.corpus import add_corpus_flags, corpus_sources
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import TRAINING_RECORD_FILE, ModelFolder
@@ -48,6 +48,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         init_from=resolve_model(args.init_from) if args.init_from else None,
         lr_scale=args.lr_scale,
         warmup_steps=args.warmup,
+        cooldown=args.cooldown,
         update_freq=args.update_freq,
         precision=args.precision,
         max_length=args.max_length,
@@ -175,13 +176,21 @@ def add_optimizer_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="factor on the eq. 3 learning rate (default: as the run it goes on "
-        "from, with --resume or --init-from; else 1)",
+        "from, with --resume or --init-from; else 2.5 for --preset tiny, 1 for base and an imported parent)",
     )
     p.add_argument(
         "--warmup",
         type=positive_int,
         default=None,
         help="warm-up steps of eq. 3 (default: as the run it goes on from, with --resume or --init-from; else 4000)",
+    )
+    p.add_argument(
+        "--cooldown",
+        type=share,
+        default=None,
+        metavar="SHARE",
+        help="share of the run (its steps, or --time-limit) over which the rate falls linearly to zero at its end "
+        "(default: as the run it goes on from; else 0.2; 0: eq. 3 to the end, as the paper)",
     )
     p.add_argument("--label-smoothing", type=float, default=0.1, help="ε of §5.4's label smoothing")
     p.add_argument("--clip-norm", type=float, default=None, help="clip gradients to this norm (default: no clipping)")

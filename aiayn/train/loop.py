@@ -29,7 +29,7 @@ from aiayn.train.batches import to_tensors
 from aiayn.train.checkpoint import average_state_dicts, load_checkpoint, save_atomic
 from aiayn.train.corpus import clauses_section
 from aiayn.train.loss import SmoothedLoss
-from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
+from aiayn.train.options import TrainOptions, cooled, fitted_schedule, learning_rate, with_schedule
 from aiayn.train.precision import resolve_precision
 from aiayn.train.progress import Clock, Progress, StopReason
 from aiayn.train.record import write_record
@@ -189,12 +189,14 @@ class Trainer:
         mine = range(self.rank, usable, self.world_size)
         return [[batches[i] for i in mine[k : k + per_update]] for k in range(0, len(mine), per_update)]
 
-    def train_step(self, update: list[np.ndarray]) -> tuple[float, int]:
-        """One update from its batches: eq. 3's rate, label-smoothed cross-entropy, Adam. Returns (loss, tokens)."""
+    def train_step(self, update: list[np.ndarray], steps_per_epoch: int) -> tuple[float, int]:
+        """One update from its batches: eq. 3's rate (cooled down at the run's end), label-smoothed
+        cross-entropy, Adam. Returns (loss, tokens)."""
         special = self.config.special_tokens
         micro_batches = [to_tensors(self.data.train.padded(rows, special), self.device) for rows in update]
         schedule_step = self.progress.schedule_offset + self.progress.step + 1
         lr = learning_rate(schedule_step, self.config.d_model, *self.schedule())
+        lr = cooled(lr, self.share_done(steps_per_epoch), self.options.cooldown)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -215,12 +217,25 @@ class Trainer:
             return fitted["warmup_steps"], fitted["lr_scale"]
         return self.options.warmup_steps, self.options.lr_scale
 
-    def planned_steps(self, steps_per_epoch: int) -> int | None:
-        """The steps --epochs, --max-steps and --time-limit allow, or None while the time limit's pace is unknown."""
-        options, step = self.options, self.progress.step
+    def step_bounds(self, steps_per_epoch: int) -> list[int]:
+        """The steps --max-steps and --epochs allow (none, one or both)."""
+        options = self.options
         bounds = [options.max_steps] if options.max_steps is not None else []
         if options.epoch_limit is not None:
             bounds.append(options.epoch_limit * steps_per_epoch)
+        return bounds
+
+    def share_done(self, steps_per_epoch: int) -> float:
+        """The share of the run made before the coming update: of its steps or of --time-limit, whichever is
+        further along (0 for a run nothing bounds); so the last update still learns a little."""
+        shares = [self.progress.step / bound for bound in self.step_bounds(steps_per_epoch)]
+        used = self.time_used()
+        return max([0.0, *shares, *([used] if used is not None else [])])
+
+    def planned_steps(self, steps_per_epoch: int) -> int | None:
+        """The steps --epochs, --max-steps and --time-limit allow, or None while the time limit's pace is unknown."""
+        options, step = self.options, self.progress.step
+        bounds = self.step_bounds(steps_per_epoch)
         if options.time_limit_minutes is not None:
             if step < PLAN_AFTER_STEPS:
                 return None
@@ -333,7 +348,7 @@ class Trainer:
         while stop is None:
             clock.restart()
             for update in self.epoch_updates()[progress.batch_in_epoch :]:
-                loss, tokens = self.train_step(update)
+                loss, tokens = self.train_step(update, steps_per_epoch)
                 progress.count_update(loss, tokens)
                 seconds = clock.tick()
                 self.plan_schedule(steps_per_epoch)
@@ -389,15 +404,21 @@ class Trainer:
         return self.options.max_steps is not None and self.progress.step >= self.options.max_steps
 
     def out_of_time(self) -> bool:
+        used = self.time_used()
+        return used is not None and used >= 1.0
+
+    def time_used(self) -> float | None:
+        """The share of --time-limit spent, or None without one. Rank 0's clock decides, so that every rank
+        takes the same rate and stops after the same step."""
         limit = self.options.time_limit_minutes
         if limit is None:
-            return False
-        late = self.clock.wall_seconds >= limit * 60
-        if self.world_size > 1:  # rank 0's clock decides, so that every rank stops after the same step
-            flag = torch.tensor([float(late)], device=self.device)
-            dist.broadcast(flag, src=0)
-            late = bool(flag.item())
-        return late
+            return None
+        used = self.clock.wall_seconds / (limit * 60)
+        if self.world_size > 1:
+            shared = torch.tensor([used], dtype=torch.float64, device=self.device)
+            dist.broadcast(shared, src=0)
+            used = float(shared.item())
+        return used
 
     def average_and_keep_if_better(self, last_n: int) -> None:
         """§6.1: average the last N epoch checkpoints; keep the result if it beats the best on val BLEU."""

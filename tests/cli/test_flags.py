@@ -40,7 +40,7 @@ def test_preset_is_one_of_the_presets(capsys: pytest.CaptureFixture[str]) -> Non
     assert exit_info.value.code == 2 and "argument --preset: invalid choice: 'huge'" in err
 
 
-def test_checkpoint_every_reaches_the_training_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_checkpoint_every_and_cooldown_reach_the_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import aiayn.cli.train
     import aiayn.data.multi30k
     import aiayn.train.loop
@@ -56,10 +56,14 @@ def test_checkpoint_every_reaches_the_training_options(monkeypatch: pytest.Monke
     monkeypatch.setattr(aiayn.train.loop, "train", train)
     monkeypatch.setattr(aiayn.cli.train, "run_summary", lambda folder: [])  # no run, so nothing to sum up
     base = ["train", "--src", "en", "--tgt", "de", "--out", str(tmp_path / "m")]
-    assert main([*base, "--checkpoint-every", "7"]) == 0 and main(base) == 0
+    assert main([*base, "--checkpoint-every", "7", "--cooldown", "0"]) == 0 and main(base) == 0
     assert [run.checkpoint_every for run in runs] == [7, TrainOptions.checkpoint_every]
+    assert [run.cooldown for run in runs] == [0.0, None]  # None: the run's own on --resume, else 0.2
     with pytest.raises(SystemExit):
         main([*base, "--checkpoint-every", "0"])
+    for outside in ("1.5", "-0.1", "half"):
+        with pytest.raises(SystemExit):
+            main([*base, "--cooldown", outside])
 
 
 def test_bench_quick_help_says_what_the_speed_page_says() -> None:

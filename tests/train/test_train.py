@@ -27,7 +27,7 @@ from aiayn.search.translator import SearchSettings, Translator
 from aiayn.train.checkpoint import average_state_dicts
 from aiayn.train.corpus import clauses_section
 from aiayn.train.loop import train
-from aiayn.train.options import TrainOptions, fitted_schedule, learning_rate, with_schedule
+from aiayn.train.options import TrainOptions, cooled, fitted_schedule, learning_rate, with_schedule
 
 WORDS = "red blue green cat dog bird runs sleeps jumps big small old".split()
 # A model small enough to learn in seconds on 2 CPU cores.
@@ -59,6 +59,7 @@ def options(out: Path, **changes: object) -> TrainOptions:
         max_tokens=512,
         lr_scale=0.3,
         warmup_steps=100,
+        cooldown=0.0,  # eq. 3 to the end, which the schedule tests compute
         label_smoothing=0.0,
         seed=3,
         device="cpu",
@@ -165,10 +166,17 @@ def test_a_continued_run_keeps_its_parents_schedule_through_a_kill_and_resume(tm
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
 
 
-def test_a_new_run_without_schedule_settings_takes_the_papers() -> None:
-    unset = TrainOptions(out=Path("unused"))
-    assert (with_schedule(unset, {}).lr_scale, with_schedule(unset, {}).warmup_steps) == (1.0, 4000)
-    assert with_schedule(unset, {"lr_scale": 2.5, "warmup_steps": 8000}).lr_scale == 2.5
+def test_a_new_run_without_schedule_settings_takes_its_presets_and_cools_down() -> None:
+    unset = TrainOptions(out=Path("unused"))  # the tiny preset: 2.5× eq. 3's rate
+    new = with_schedule(unset, {})
+    assert (new.lr_scale, new.warmup_steps, new.cooldown) == (2.5, 4000, 0.2)
+    base = with_schedule(TrainOptions(out=Path("unused"), preset="base"), {})
+    assert (base.lr_scale, base.warmup_steps, base.cooldown) == (1.0, 4000, 0.2)  # the paper's eq. 3
+    imported = with_schedule(TrainOptions(out=Path("unused"), init_from=Path("opus")), {})  # no record
+    assert imported.lr_scale == 1.0
+    continued = with_schedule(unset, {"lr_scale": 0.5, "warmup_steps": 8000})  # recorded before the cool-down
+    assert (continued.lr_scale, continued.warmup_steps, continued.cooldown) == (0.5, 8000, 0.0)
+    assert with_schedule(unset, {"lr_scale": 2.5, "cooldown": 0.3}).cooldown == 0.3  # a run goes on as it began
     given = TrainOptions(out=Path("unused"), lr_scale=0.0, warmup_steps=10)
     assert with_schedule(given, {"lr_scale": 2.5, "warmup_steps": 8000}).lr_scale == 0.0  # given wins, even 0
 
@@ -212,6 +220,33 @@ def test_a_warm_up_longer_than_the_run_is_fitted_to_it_with_the_same_peak() -> N
     assert learning_rate(42, 128, fitted["warmup_steps"], fitted["lr_scale"]) == pytest.approx(peak)
     assert learning_rate(171, 128, fitted["warmup_steps"], fitted["lr_scale"]) < peak  # and it decays within the run
     assert fitted_schedule(planned_steps=100_000, warmup_steps=4000, lr_scale=1.0) is None
+
+
+def test_the_cool_down_takes_the_rate_linearly_to_zero_over_the_runs_last_share() -> None:
+    # Eq. 3's rate until the last fifth, then a straight line down to zero.
+    assert cooled(1e-3, 0.5, 0.2) == 1e-3 and cooled(1e-3, 0.8, 0.2) == pytest.approx(1e-3)
+    assert cooled(1e-3, 0.9, 0.2) == pytest.approx(0.5e-3) and cooled(1e-3, 1.3, 0.2) == 0.0
+    assert cooled(1e-3, 0.99, 0.0) == 1e-3  # 0: the paper's eq. 3 to the end
+
+
+def test_a_run_cools_down_over_its_last_steps(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
+    out = train(options(tmp_path / "m", max_steps=10, cooldown=0.5), train_data, val)
+    lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    # The 10th update, 9 of 10 made before it: a fifth of the way from eq. 3's rate down to zero is left.
+    assert lr == pytest.approx(learning_rate(10, TINY["d_model"], 100, 0.3) * 0.2)
+
+
+def test_a_time_limited_run_cools_down_before_its_limit(tmp_path: Path) -> None:
+    train_data, val = reverse_corpus(300, 0, "train"), reverse_corpus(20, 1, "val")
+    limited = options(tmp_path / "m", epochs=None, time_limit_minutes=0.08, warmup_steps=None, cooldown=1.0)
+    out = train(limited, train_data, val)
+    record = json.loads((out / TRAINING_RECORD_FILE).read_text())
+    fitted = record["fitted_schedule"]
+    eq3 = learning_rate(record["steps"], TINY["d_model"], fitted["warmup_steps"], fitted["lr_scale"])
+    lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    # The last update came after nearly all of the limit was spent (one short step from it): nearly cooled.
+    assert 0.0 < lr < 0.5 * eq3
 
 
 def test_max_steps_makes_that_many_steps_and_keeps_the_weights_where_it_stops(tmp_path: Path) -> None:
