@@ -245,8 +245,9 @@ def test_a_time_limited_run_cools_down_before_its_limit(tmp_path: Path) -> None:
     fitted = record["fitted_schedule"]
     eq3 = learning_rate(record["steps"], TINY["d_model"], fitted["warmup_steps"], fitted["lr_scale"])
     lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
-    # The last update came after nearly all of the limit was spent (one short step from it): nearly cooled.
-    assert 0.0 < lr < 0.5 * eq3
+    # The cool-down spans the whole run and is counted in its time (no step bounds it): the last update came
+    # after most of the limit was spent (an epoch's validation may have ended it earlier), so well below eq. 3.
+    assert 0.0 < lr < 0.9 * eq3
 
 
 def test_max_steps_makes_that_many_steps_and_keeps_the_weights_where_it_stops(tmp_path: Path) -> None:
