@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.engines.options import EngineOptions
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits
 from aiayn.serve.service import Result, TranslationService
 from aiayn.text.sentences import MAX_FILE_CHARS, check_length
 
@@ -97,9 +98,11 @@ class TranslationReplica:
         # Each request waits for its search in a thread of its own, so that the batcher sees them all at once.
         self.waiting = ThreadPoolExecutor(MAX_ONGOING, thread_name_prefix="aiayn-request")
 
-    async def translate_many(self, requests: list[tuple[str, str, int | None]]) -> list[Result]:
+    async def translate_many(
+        self, requests: list[tuple[str, str, int | None]], timeout_s: float | None = None
+    ) -> list[Result]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests)
+        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests, timeout_s)
 
     async def translate_file(self, text: str, model: str, beam_size: int | None) -> str:
         loop = asyncio.get_running_loop()
@@ -128,10 +131,14 @@ class RemoteTranslation(TranslationService):
         except replica_lost():  # Ray's router drops the dead replica: the second call goes to another
             return getattr(self.handle, method).remote(*args).result()
 
-    def translate_many(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result]:
+    def translate_many(
+        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None
+    ) -> list[Result]:
+        """The replica's ``translate_many``, its time limit kept there (its ``TimedOut`` raised here as Ray raises a
+        replica's error: an instance of it)."""
         for text, _, _ in requests:
             check_length(text)
-        results: list[Result] = self.asked("translate_many", list(requests))
+        results: list[Result] = self.asked("translate_many", list(requests), timeout_s)
         return results
 
     def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
@@ -143,17 +150,24 @@ class PageIngress:
     """The page's replica: the Gradio page and the JSON route, as ``aiayn serve`` serves them, over the translation
     deployment's handle. Ray Serve builds its ASGI app in the replica (``__serve_build_asgi_app__``)."""
 
-    def __init__(self, translation: Any, models: list[str] | None, options: EngineOptions, split_clauses: bool) -> None:
+    def __init__(
+        self,
+        translation: Any,
+        models: list[str] | None,
+        options: EngineOptions,
+        split_clauses: bool,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
         from aiayn.serve.server import apply_gradio_settings
 
         apply_gradio_settings()
         self.service = RemoteTranslation(translation, options, split_clauses)
-        self.models = models
+        self.models, self.limits = models, limits
 
     def __serve_build_asgi_app__(self) -> Any:
         from aiayn.serve.server import page_with_routes
 
-        return page_with_routes(self.service, self.models)
+        return page_with_routes(self.service, self.models, self.limits)
 
 
 def reachable(address: str) -> None:
@@ -197,6 +211,7 @@ class Application:
     scaling: Scaling
     host: str
     port: int
+    limits: Limits = DEFAULT_LIMITS
 
 
 def deploy(app: Application) -> None:
@@ -213,7 +228,8 @@ def deploy(app: Application) -> None:
         ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
     )(serve.ingress()(PageIngress))
     replicas = translation.bind(app.models or [], app.options, app.split_clauses)
-    serve.run(page.bind(replicas, app.models, app.options, app.split_clauses), name=APP_NAME, route_prefix="/")
+    ingress = page.bind(replicas, app.models, app.options, app.split_clauses, app.limits)
+    serve.run(ingress, name=APP_NAME, route_prefix="/")
 
 
 def serve_on_ray(address: str | None, app: Application) -> None:

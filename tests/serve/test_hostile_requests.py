@@ -1,0 +1,252 @@
+"""The JSON route against a hostile or careless client, in this process over fakes of the service: every body it
+cannot use answered with its 4xx (or 503) and one JSON message, named by a stable reason; at most
+``Limits.max_waiting`` sentences admitted at once; a request past its time answered 503, and its searches dropped
+from the batcher. (The same route in a server process, a body of 1 GB: test_hostile_server.py.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from test_api_body import Answer, Shouting, body
+
+from aiayn.search.output import Output
+from aiayn.search.translator import SearchSettings
+from aiayn.serve.api import PATH, json_route
+from aiayn.serve.batching import SearchBatcher
+from aiayn.serve.limits import DEFAULT_LIMITS, MAX_BODY_BYTES, STATUS, Limits, Reason
+from aiayn.serve.service import TimedOut, TranslationService
+
+JSON = {"content-type": "application/json"}
+
+
+def client(service: Any, limits: Limits = DEFAULT_LIMITS) -> TestClient:
+    return TestClient(FastAPI(routes=[json_route(service, limits)]))
+
+
+def refusal(answer: Any) -> tuple[int, str]:
+    """A refused answer's status and message, once it is seen to be one JSON object ``{"error": ...}``."""
+    assert answer.headers["content-type"] == "application/json" and list(answer.json()) == ["error"]
+    return answer.status_code, answer.json()["error"]
+
+
+def test_each_refusal_has_a_stable_reason_and_its_status() -> None:
+    assert {reason.value: status for reason, status in STATUS.items()} == {
+        "media_type": 415,
+        "too_large": 413,
+        "bad_json": 400,
+        "bad_field": 422,
+        "not_translated": 422,
+        "queue_full": 503,
+        "timeout": 503,
+    }
+    assert set(STATUS) == set(Reason)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"content-type": "text/plain"}, "the body must be sent as Content-Type: application/json, not Content-Type "),
+        ({"content-type": "application/x-www-form-urlencoded"}, "not Content-Type application/x-www-form-urlencoded"),
+        ({}, "the body must be sent as Content-Type: application/json, not no Content-Type"),
+    ],
+)
+def test_a_body_not_sent_as_json_is_refused_with_415(headers: dict[str, str], message: str) -> None:
+    service = Shouting()
+    answer = client(service).post(PATH, content=body(sentences=["a"]), headers=headers)
+    status, error = refusal(answer)
+    assert status == 415 and message in error and service.requests == []
+    ok = client(service).post(
+        PATH, content=body(sentences=["a"]), headers={"content-type": "Application/JSON; charset=utf-8"}
+    )
+    assert ok.status_code == 200
+
+
+def test_a_body_over_the_limit_is_refused_by_its_length_or_as_it_streams() -> None:
+    service = Shouting()
+    over = b" " * (MAX_BODY_BYTES + 1)
+    status, error = refusal(client(service).post(PATH, content=over, headers=JSON))
+    assert (status, error) == (413, f"the body has {MAX_BODY_BYTES + 1} bytes; at most {MAX_BODY_BYTES}")
+    sent: list[int] = []
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: sent chunked
+        for _ in range(MAX_BODY_BYTES // 1000 + 1):
+            sent.append(1000)
+            yield b" " * 1000
+
+    status, error = refusal(client(service).post(PATH, content=chunks(), headers=JSON))
+    assert (status, error) == (413, f"the body has more than {MAX_BODY_BYTES} bytes; at most {MAX_BODY_BYTES}")
+    small = Limits(max_body_bytes=100)
+    status, error = refusal(client(service, small).post(PATH, content=body(sentences=["a" * 100]), headers=JSON))
+    assert (status, error) == (413, "the body has 119 bytes; at most 100")
+    assert service.requests == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "the body is not JSON this route reads: it is nested too deep"),
+        (b'{"sentences": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "it is nested too deep"),
+        (b'{"sentences": ["a"], "beam": ' + b"9" * 400 + b"}", "a number of 400 digits is out of range (at most 18)"),
+        (b'{"sentences": ["a"], "beam": -' + b"1" * 5000 + b"}", "a number of 5000 digits is out of range"),
+        (b'{"sentences": ["a"], "beam": 1e999}', "the number 1e999 is out of range"),
+        (b'{"sentences": ["a"], "beam": 4.' + b"0" * 100 + b"}", "out of range"),
+        (b'{"sentences": ["a"], "beam": NaN}', "NaN is not a JSON number"),
+        (b'{"sentences": ["a"], "beam": -Infinity}', "-Infinity is not a JSON number"),
+        (b'{"sentences": ["a"]', "the body is not JSON: "),
+        (b'{"sentences": ["\xff"]}', "the body is not JSON: "),
+        (b"", "the body is not JSON: "),
+    ],
+)
+def test_a_body_that_is_not_json_the_route_reads_is_refused_with_400(raw: bytes, message: str) -> None:
+    service = Shouting()
+    status, error = refusal(client(service).post(PATH, content=raw, headers=JSON))
+    assert status == 400 and message in error and len(error) < 300 and "\n" not in error
+    assert service.requests == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sentences": ["a"], "beam": True}, "beam size must be a whole number from 1 to 8, got True"),
+        ({"sentences": ["a"], "beam": "4"}, "got '4'"),
+        ({"sentences": ["a"], "beam": [4]}, "got [4]"),
+        ({"sentences": ["a"], "beam": {"size": 4}}, "got {'size': 4}"),
+        ({"sentences": ["a"], "beam": 10**18 - 1}, "got 999999999999999999"),
+        ({"sentences": ["a"], "beam": -1}, "got -1"),
+        ({"sentences": ["a"], "direction": 5}, "5 is not in the list of choices: en-de, de-en"),
+        ({"sentences": ["a"], "direction": ["en-de"]}, "is not in the list of choices"),
+        ({"sentences": ["a"], "direction": None}, "None is not in the list of choices"),
+        ({"sentences": {"a": 1}}, "sentences must be a list of strings"),
+        ({"sentences": [["a"]]}, "sentences must be a list of strings"),
+        ({"sentences": None}, "sentences must be a list of strings"),
+        ({"sentences": ["a"], "Sentences": ["b"]}, "unknown field(s) Sentences"),
+        ([{"sentences": ["a"]}], "the body must be a JSON object"),
+        ("a dog", "the body must be a JSON object"),
+    ],
+)
+def test_a_field_of_the_wrong_type_or_value_is_refused_with_422(fields: Any, message: str) -> None:
+    service = Shouting()
+    raw = body(**fields) if isinstance(fields, dict) else json.dumps(fields).encode()
+    status, error = refusal(client(service).post(PATH, content=raw, headers=JSON))
+    assert status == 422 and message in error and service.requests == []
+
+
+class Held(Shouting):
+    """The service with every translation held until ``release`` is set; ``held`` counts those held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held, self.release = threading.Semaphore(0), threading.Event()
+
+    def translate_many(self, requests: list[tuple[str, str, int | None]], timeout_s: float) -> list[Answer]:
+        self.held.release()
+        assert self.release.wait(30)
+        return super().translate_many(requests, timeout_s)
+
+
+def test_beyond_the_waiting_sentences_a_request_is_refused_with_503_and_retry_after() -> None:
+    service, limits = Held(), Limits(max_waiting=300, retry_after_s=7)
+    with client(service, limits) as route, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(route.post, PATH, content=body(sentences=["a"] * 256), headers=JSON)
+        fits = pool.submit(route.post, PATH, content=body(sentences=["b"] * 44), headers=JSON)
+        assert service.held.acquire(timeout=30) and service.held.acquire(timeout=30)  # 300 sentences wait
+        over = route.post(PATH, content=body(sentences=["c"]), headers=JSON)
+        status, error = refusal(over)
+        assert (status, over.headers["retry-after"]) == (503, "7")
+        assert error == "the server is busy: 300 sentences wait (at most 300); try again shortly"
+        service.release.set()
+        assert first.result().status_code == 200 and len(first.result().json()["translations"]) == 256
+        assert fits.result().status_code == 200
+        assert route.post(PATH, content=body(sentences=["c"] * 257), headers=JSON).status_code == 422  # not counted
+        again = route.post(PATH, content=body(sentences=["c"] * 256), headers=JSON)  # answered ones left the count
+        assert again.status_code == 200 and "retry-after" not in again.headers
+
+
+def test_the_waiting_bound_holds_one_request_at_least() -> None:
+    with pytest.raises(ValueError, match="^--max-waiting must be at least 256 \\(one request's sentences\\), got 255$"):
+        Limits(max_waiting=255)
+    with pytest.raises(ValueError, match="^--request-timeout must be more than 0 seconds, got 0$"):
+        Limits(request_timeout_s=0)
+
+
+class Stalled(Shouting):
+    """The service as a busy server's: no answer within the time it is given; it keeps the times it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float] = []
+
+    def translate_many(self, requests: list[tuple[str, str, int | None]], timeout_s: float) -> list[Answer]:
+        self.timeouts.append(timeout_s)
+        raise TimedOut(f"not answered within {timeout_s} s")
+
+
+def test_a_request_past_its_time_is_answered_503_with_retry_after() -> None:
+    service = Stalled()
+    answer = client(service, Limits(request_timeout_s=2.5)).post(PATH, content=body(sentences=["a"]), headers=JSON)
+    status, error = refusal(answer)
+    assert (status, answer.headers["retry-after"]) == (503, str(DEFAULT_LIMITS.retry_after_s))
+    assert error == "not answered within 2.5 s: the server is busy; try again shortly"
+    assert len(service.timeouts) == 1 and 0 < service.timeouts[0] <= 2.5  # what is left of it once a thread runs it
+
+
+class Gated:
+    """A translator whose searches wait for ``gate``; it records each search's sources and whether anyone still
+    waited for them when it ran."""
+
+    lanes = 1
+
+    def __init__(self) -> None:
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.searched: list[tuple[list[list[int]], bool]] = []
+
+    def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings, wanted: Any) -> list[Output]:
+        self.entered.set()
+        assert self.gate.wait(30)
+        self.searched.append(([list(ids) for ids in src_ids], wanted()))
+        return [Output([7], -1.0, True, [-1.0])] * len(src_ids)
+
+
+class Counted:
+    """A loaded model as the service uses it: a text is one source of its length, searched by ``batcher``."""
+
+    def __init__(self, translator: Gated) -> None:
+        self.batcher = SearchBatcher(translator)  # type: ignore[arg-type]
+
+    def prepare(self, text: str) -> Any:
+        return SimpleNamespace(src_ids=[[len(text), 2]])
+
+    def settings(self, beam_size: int | None) -> SearchSettings:
+        return SearchSettings()
+
+    def assemble(self, prepared: Any, outputs: list[Output], latency_ms: float) -> list[Output]:
+        return outputs
+
+
+def test_a_request_past_its_time_drops_its_searches_and_the_worker_goes_on() -> None:
+    gated = Gated()
+    service = TranslationService()
+    service.models["m"] = Counted(gated)  # type: ignore[assignment]
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(service.translate_many, [("aaaa", "m", None)], 0.5)
+        assert gated.entered.wait(30)  # its search runs (held at the gate)
+        with pytest.raises(TimedOut, match="^not answered within 0.2 s$"):
+            service.translate_many([("bb", "m", None)], 0.2)  # queued behind it
+        with pytest.raises(TimedOut, match="^not answered within 0.5 s$"):
+            running.result()
+    gated.gate.set()
+    assert service.translate_many([("ccc", "m", None)], 30) == [[Output([7], -1.0, True, [-1.0])]]
+    # The running search learnt that nobody waits for it (the translator then skips its length batches); the
+    # queued one was never searched.
+    assert gated.searched == [([[4, 2]], False), ([[3, 2]], True)]
+    with pytest.raises(TimedOut):
+        service.translate_many([("dd", "m", None)], 0)  # no time left when its thread started: never queued
+    assert gated.searched[2:] == []
