@@ -19,12 +19,14 @@ from aiayn.cli.args import (
     engine_options,
     port_number,
     positive_int,
+    seconds,
 )
 from aiayn.core.dependencies import PAGE_ONLY, TESTED, untested_line
 from aiayn.text.sentences import split_lines
 
 if TYPE_CHECKING:
     from aiayn.serve.details import Details
+    from aiayn.serve.limits import Limits
 
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
 # written: a chunk this long keeps both lanes busy across it and batches by length over a wide window (256 was
@@ -165,7 +167,16 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise UserError(f"{args.ray_flags_given[0]} goes with --ray (Ray Serve's replicas); add --ray")
     from aiayn.serve.server import serve
 
-    serve(args.model, args.host, args.port, args.share, engine_options(args), split_clauses=not args.no_clauses)
+    limits = serve_limits(args)
+    options = engine_options(args)
+    serve(args.model, args.host, args.port, args.share, options, not args.no_clauses, limits=limits)
+
+
+def serve_limits(args: argparse.Namespace) -> Limits:
+    """The limits the flags set (``serve/limits.py``), checked before any model loads."""
+    from aiayn.serve.limits import Limits
+
+    return Limits(max_waiting=args.max_waiting, request_timeout_s=args.request_timeout)
 
 
 def ray_serve(args: argparse.Namespace) -> None:
@@ -179,7 +190,8 @@ def ray_serve(args: argparse.Namespace) -> None:
     )
     args.cores = args.cores or max(1, int(args.cpus_per_replica))
     address = args.ray or None  # --ray alone: a cluster of this machine, started here
-    app = Application(args.model, engine_options(args), not args.no_clauses, scaling, args.host, args.port)
+    options, limits = engine_options(args), serve_limits(args)
+    app = Application(args.model, options, not args.no_clauses, scaling, args.host, args.port, limits)
     serve_on_ray(address, app)
 
 
@@ -213,10 +225,33 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=port_number, default=7860, help="TCP port to listen on")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    add_limit_flags(p)
     add_engine_flags(p, engine_help=None)
     add_clauses_flag(p)
     add_ray_flags(p)
     p.set_defaults(func=cmd_serve)
+
+
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """The JSON route's two limits a deployer sets (the others: ``serve/limits.py``, docs/serve.md "Security")."""
+    from aiayn.serve.limits import MAX_SENTENCES_PER_REQUEST, MAX_WAITING_SENTENCES, REQUEST_TIMEOUT_S
+
+    p.add_argument(
+        "--max-waiting",
+        type=positive_int,
+        default=MAX_WAITING_SENTENCES,
+        metavar="SENTENCES",
+        help="sentences of POST /v1/translate waiting or searched at once (at least one request's, "
+        f"{MAX_SENTENCES_PER_REQUEST}); a request beyond them is answered 503 with Retry-After",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=seconds,
+        default=REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a POST /v1/translate request not answered within this time is answered 503, and its sentences not "
+        "yet searched are dropped",
+    )
 
 
 # Ray Serve's own scaling settings, under their own names: (flag, metavar, type, default, help).

@@ -64,21 +64,23 @@ LFS = "filter=lfs diff=lfs merge=lfs -text"
 APP = '''"""A Hugging Face Space: {label}, {provenance}. Served by aiayn with ONNX Runtime and NumPy (no torch).
 
 Written by `aiayn export MODEL --to space`. A Space runs `python app.py` and sends its visitors to port 7860
-(GRADIO_SERVER_PORT elsewhere); the page's API and POST /v1/translate answer as
-`aiayn translate --model model --variant {variant}` does, with {variant} weights.
+(GRADIO_SERVER_PORT elsewhere); it listens on every interface only where Spaces runs it (`space_host`), elsewhere
+on 127.0.0.1. The page's API and POST /v1/translate answer as `aiayn translate --model model --variant {variant}`
+does, with {variant} weights.
 """
 
 import os
 from pathlib import Path
 
 from aiayn.engines.options import EngineOptions
-from aiayn.serve.server import serve
+from aiayn.serve.server import serve, space_host
 
 MODEL = Path(__file__).resolve().parent / "{model_dir}"
 
 if __name__ == "__main__":
     port = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
-    serve([str(MODEL)], host="0.0.0.0", port=port, options=EngineOptions(device="{device}", variant="{variant}"))
+    options = EngineOptions(device="{device}", variant="{variant}")
+    serve([str(MODEL)], host=space_host(), port=port, options=options)
 '''
 
 

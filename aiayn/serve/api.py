@@ -35,6 +35,7 @@ from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 PATH = "/v1/translate"
 MEDIA_TYPE = "application/json"
+UNREAD = (Reason.MEDIA_TYPE, Reason.TOO_LARGE)  # refused before the body is read whole
 
 
 async def body_of(request: Request, limit: int) -> bytes:
@@ -141,8 +142,11 @@ class Waiting:
 
 
 def refusal(refused: Refused, limits: Limits) -> JSONResponse:
-    """A refusal's answer: its status and one message; a 503 says when to try again."""
-    headers = {"Retry-After": str(limits.retry_after_s)} if refused.status == 503 else None
+    """A refusal's answer: its status and one message; a 503 says when to try again, and one refused before its
+    body was read whole closes the connection, so that the server reads no more of it."""
+    headers = {"Retry-After": str(limits.retry_after_s)} if refused.status == 503 else {}
+    if refused.reason in UNREAD:
+        headers["Connection"] = "close"
     return JSONResponse({"error": str(refused)}, status_code=refused.status, headers=headers)
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from aiayn.core.dependencies import untested_line
 from aiayn.engines.options import DEFAULT_OPTIONS, EngineOptions
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits
 from aiayn.serve.memory import bound_server_memory
 
 if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded: ONNX Runtime starts a thread
@@ -29,6 +30,17 @@ SESSIONS_KEPT = 100
 # server does not open, its cost growing with the traffic: through Gradio's environment variables it keeps 100,
 # and never summarises them.
 GRADIO_SETTINGS = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": str(2**62)}
+
+
+LOOPBACK, EVERY_INTERFACE = "127.0.0.1", "0.0.0.0"
+
+
+def space_host(environ: Mapping[str, str] = os.environ) -> str:
+    """Where ``app.py`` listens: every interface where Hugging Face Spaces runs it (its environment names the Space,
+    ``SPACE_ID``, or says ``SYSTEM=spaces``, as Gradio reads it), else this machine alone; a laptop running a Space's
+    folder is not a public server."""
+    on_spaces = bool(environ.get("SPACE_ID")) or environ.get("SYSTEM") == "spaces"
+    return EVERY_INTERFACE if on_spaces else LOOPBACK
 
 
 def port_error(host: str, port: int) -> ValueError:
@@ -54,7 +66,7 @@ def apply_gradio_settings() -> None:
         os.environ.setdefault(name, value)
 
 
-def page_with_routes(service: TranslationService, models: list[str] | None) -> FastAPI:
+def page_with_routes(service: TranslationService, models: list[str] | None, limits: Limits = DEFAULT_LIMITS) -> FastAPI:
     """The page and the JSON route as one ASGI app for a server of its own (Ray Serve's), with the settings
     ``launch`` gives Gradio's."""
     import gradio as gr
@@ -63,9 +75,10 @@ def page_with_routes(service: TranslationService, models: list[str] | None) -> F
     from aiayn.serve.api import json_route
     from aiayn.serve.page import build_app
 
-    blocks = build_app(service, models)
+    blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
-    return gr.mount_gradio_app(FastAPI(routes=[json_route(service)]), blocks, "/", max_file_size=MAX_UPLOAD)
+    app = FastAPI(routes=[json_route(service, limits)])
+    return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
 
 
 def launch(
@@ -99,9 +112,10 @@ def serve(
     share: bool = False,
     options: EngineOptions = DEFAULT_OPTIONS,
     split_clauses: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> None:
     """The page and the JSON route over ``models`` (default: the bundled ones) until Ctrl-C, each model with the
-    engine ``options`` say (``TranslationService``); one line on stderr says where."""
+    engine ``options`` say (``TranslationService``), within ``limits``; one line on stderr says where."""
     bound_server_memory()  # before ONNX Runtime's threads start
     from aiayn.serve.api import json_route
     from aiayn.serve.page import build_app
@@ -113,8 +127,8 @@ def serve(
         print(warning, file=sys.stderr)
     check_port(host, port)
     service = TranslationService(options, split_clauses)
-    app = build_app(service, models)
-    launch(app, host, port, share, routes=[json_route(service)])
+    app = build_app(service, models, limits)
+    launch(app, host, port, share, routes=[json_route(service, limits)])
     names = ", ".join(service.models)
     first = next(iter(service.models.values()))
     public = f" and {app.share_url}" if app.share_url else ""

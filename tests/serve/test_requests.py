@@ -51,7 +51,7 @@ def test_a_request_is_checked_once_and_says_what_is_wrong() -> None:
 def test_an_upload_is_utf8_with_or_without_its_mark(tmp_path: Path) -> None:
     path = tmp_path / "lines.txt"
     path.write_bytes("\ufeffÄpfel\n".encode())
-    assert read_upload(str(path)) == "Äpfel\n"
+    assert read_upload(path) == "Äpfel\n"
     path.write_bytes("ab\xe4".encode("latin-1"))
     with pytest.raises(BadRequest, match="^the file is not UTF-8 text \\(byte 2 cannot be read\\); save it as UTF-8"):
-        read_upload(str(path))
+        read_upload(path)
