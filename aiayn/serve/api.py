@@ -6,7 +6,8 @@ request of the moment are searched together. It checks what the page checks (dir
 and answers a bad body with a 4xx and one message: ``{"error": "..."}``. It reads at most what it accepts: a body
 over ``Limits.max_body_bytes`` is refused by its ``Content-Length`` before it is read, or as it streams, where it
 comes in chunks. It admits at most ``Limits.max_waiting`` sentences at once (beyond: 503 with ``Retry-After``), and
-answers each request within ``Limits.request_timeout_s`` (past it: 503, and its searches not yet run are dropped).
+answers each request within ``Limits.request_timeout_s`` from its arrival, a slow body's time included (past it:
+503, and its searches not yet run are dropped).
 Every refusal is a ``limits.Refused``, named by its ``Reason``.
 
     request:  {"sentences": ["Two dogs play in the snow.", ...], "direction": "en-de", "beam": 4}
@@ -18,6 +19,7 @@ Every refusal is a ``limits.Refused``, named by its ``Reason``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -35,7 +37,6 @@ from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 PATH = "/v1/translate"
 MEDIA_TYPE = "application/json"
-UNREAD = (Reason.MEDIA_TYPE, Reason.TOO_LARGE)  # refused before the body is read whole
 
 
 async def body_of(request: Request, limit: int) -> bytes:
@@ -141,11 +142,11 @@ class Waiting:
         self.sentences -= count
 
 
-def refusal(refused: Refused, limits: Limits) -> JSONResponse:
+def refusal(refused: Refused, limits: Limits, unread: bool = False) -> JSONResponse:
     """A refusal's answer: its status and one message; a 503 says when to try again, and one refused before its
-    body was read whole closes the connection, so that the server reads no more of it."""
+    body was read whole (``unread``) closes the connection, so that the server reads no more of it."""
     headers = {"Retry-After": str(limits.retry_after_s)} if refused.status == 503 else {}
-    if refused.reason in UNREAD:
+    if unread:
         headers["Connection"] = "close"
     return JSONResponse({"error": str(refused)}, status_code=refused.status, headers=headers)
 
@@ -153,17 +154,24 @@ def refusal(refused: Refused, limits: Limits) -> JSONResponse:
 def json_route(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> APIRoute:
     """The route over the models ``service`` has loaded (the page's directions)."""
     waiting = Waiting(limits.max_waiting)
+    past_time = f"not answered within {limits.request_timeout_s:g} s: the server is busy; try again shortly"
 
     async def translate(request: Request) -> JSONResponse:
-        deadline = time.monotonic() + limits.request_timeout_s
+        deadline = time.monotonic() + limits.request_timeout_s  # a slow body's time counts
+        try:
+            body = await asyncio.wait_for(body_of(request, limits.max_body_bytes), limits.request_timeout_s)
+        except TimeoutError:
+            return refusal(Refused(Reason.TIMEOUT, past_time), limits, unread=True)
+        except Refused as refused:
+            return refusal(refused, limits, unread=True)
         served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
         try:
-            sentences, direction, beam = parsed(await body_of(request, limits.max_body_bytes), served, limits)
+            sentences, direction, beam = parsed(body, served, limits)
             waiting.admit(len(sentences))
         except Refused as refused:
             return refusal(refused, limits)
         try:
-            answer = await run_in_threadpool(translated, service, (sentences, direction, beam), deadline, limits)
+            answer = await run_in_threadpool(translated, service, (sentences, direction, beam), deadline, past_time)
         except Refused as refused:
             return refusal(refused, limits)
         finally:
@@ -174,18 +182,15 @@ def json_route(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
 
 
 def translated(
-    service: TranslationService, request: tuple[list[str], Direction, int], deadline: float, limits: Limits
+    service: TranslationService, request: tuple[list[str], Direction, int], deadline: float, past_time: str
 ) -> dict[str, Any]:
     """The answer to a checked request, searched within what is left of its time at ``deadline`` (its wait for a
-    thread counts), or a ``Refused``: past its time, or a line the model cannot take."""
+    thread counts), or a ``Refused``: past its time (``past_time`` says so), or a line the model cannot take."""
     sentences, direction, beam = request
     try:
         results = service.translate_many([(s, direction.name, beam) for s in sentences], deadline - time.monotonic())
     except TimedOut:
-        limit = limits.request_timeout_s
-        raise Refused(
-            Reason.TIMEOUT, f"not answered within {limit:g} s: the server is busy; try again shortly"
-        ) from None
+        raise Refused(Reason.TIMEOUT, past_time) from None
     refused = [(i, line, why) for i, r in enumerate(results) for line, why in r.refused]
     if refused:
         index, line, why = refused[0]

@@ -5,8 +5,10 @@ from the batcher. (The same route in a server process, a body of 1 GB: test_host
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -250,3 +252,32 @@ def test_a_request_past_its_time_drops_its_searches_and_the_worker_goes_on() -> 
     with pytest.raises(TimedOut):
         service.translate_many([("dd", "m", None)], 0)  # no time left when its thread started: never queued
     assert gated.searched[2:] == []
+
+
+def test_a_body_that_does_not_arrive_in_time_is_answered_503_and_its_connection_closed() -> None:
+    app = FastAPI(routes=[json_route(Shouting(), Limits(request_timeout_s=0.3))])  # type: ignore[arg-type]
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"30")]
+    scope = {"type": "http", "method": "POST", "path": PATH, "headers": headers, "query_string": b""}
+    parts: list[dict[str, Any]] = [{"type": "http.request", "body": b"{", "more_body": True}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:  # a slow client: 1 byte of its 30, then nothing
+        if parts:
+            return parts.pop()
+        await asyncio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def asked() -> float:
+        started = time.monotonic()
+        await app(scope, receive, send)
+        return time.monotonic() - started
+
+    took = asyncio.run(asked())
+    start, answer = sent[0], sent[1]
+    answered = {name.decode(): value.decode() for name, value in start["headers"]}
+    assert (start["status"], answered["connection"], answered["retry-after"]) == (503, "close", "10")
+    assert json.loads(answer["body"]) == {"error": "not answered within 0.3 s: the server is busy; try again shortly"}
+    assert took < 10

@@ -1,7 +1,8 @@
 """`aiayn serve` as a process on loopback against a hostile client of its JSON route: a body of 1 GB sent in chunks
 is cut at the limit (413) without the server's memory growing by it, a Content-Length over the limit is refused
 before a byte of the body is sent, bad values are a 4xx with one JSON message through the whole server (Gradio's
-app around the route), and `--request-timeout` answers a request past it with 503."""
+app around the route), and `--request-timeout` answers a request past it with 503 (what a time limit drops from the
+search: test_hostile_requests.py)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ CHUNK = 256 * 1024
 MEMORY_GROWTH_MIB = 20
 
 
+FLAGS = ["--host", "127.0.0.1", "--device", "cpu", "--model", "en-de"]
+
+
 @pytest.fixture(scope="module")
 def server(
     bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, serve_page: Callable[..., Any]
 ) -> Iterator[Any]:
-    # Every translation is past a 1 ms limit: the flag, end to end; nothing here needs a translation.
-    flags = ["--host", "127.0.0.1", "--device", "cpu", "--model", "en-de", "--request-timeout", "0.001"]
-    with serve_page(flags, tmp_path_factory.mktemp("hostile") / "serve.log") as page:
+    with serve_page(FLAGS, tmp_path_factory.mktemp("hostile") / "serve.log") as page:
         yield page
 
 
@@ -137,11 +139,14 @@ def test_a_bad_body_is_a_4xx_with_one_json_message_through_the_server(
     assert got == status and list(answer) == ["error"] and message in answer["error"]
 
 
-def test_past_request_timeout_a_request_is_answered_503_with_retry_after(server: Any) -> None:
-    status, headers, answer = post(server, b'{"sentences": ["Two dogs play in the snow."]}')
-    assert (status, headers["retry-after"]) == (503, "10")
-    assert answer == {"error": "not answered within 0.001 s: the server is busy; try again shortly"}
-    assert "Traceback" not in server.log.read_text()
+def test_past_request_timeout_a_request_is_answered_503_with_retry_after(
+    bundled: dict[str, Path], tmp_path: Path, serve_page: Callable[..., Any]
+) -> None:
+    with serve_page([*FLAGS, "--request-timeout", "0.001"], tmp_path / "serve.log") as page:  # past for any request
+        status, headers, answer = post(page, b'{"sentences": ["Two dogs play in the snow."]}')
+        assert (status, headers["retry-after"]) == (503, "10")
+        assert answer == {"error": "not answered within 0.001 s: the server is busy; try again shortly"}
+        assert "Traceback" not in page.log.read_text()
 
 
 def test_the_limit_flags_are_checked_before_any_model_loads(
