@@ -1,7 +1,7 @@
-"""What the server takes from a visitor, and how it says no: every limit of the JSON route and of the page's
-translated files in one dataclass (``Limits``, today's values as its defaults; `aiayn serve --max-waiting` and
-``--request-timeout`` set two of them), and every refusal of the route under one stable reason, which names it in
-its answer's status and in the server's counts. Torch-free."""
+"""What the server takes from a visitor, and how it says no: the JSON route's own limits and the page's translated
+files' in one dataclass (``Limits``, `aiayn serve`'s values as its defaults; ``--max-waiting`` and
+``--request-timeout`` set two of them; a text's characters are ``text.sentences``'), and every refusal of the route
+under one stable reason, which sets its answer's status and names it in the server's counts. Torch-free."""
 
 from __future__ import annotations
 
