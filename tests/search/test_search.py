@@ -356,7 +356,8 @@ def test_a_length_batch_nobody_waits_for_any_more_is_not_searched() -> None:
         return asked[-1]
 
     outputs = translator.outputs(sources, SearchSettings(1, max_len=5), wanted=wanted)
-    assert [len(o.tokens) for o in outputs] == [0, 0, 5] and asked == [True, False, False]
+    assert outputs[:2] == [Output([], 0.0, False, [])] * 2  # not searched: nothing, unended, of no probability
+    assert len(outputs[2].tokens) == 5 and asked == [True, False, False]
     assert [len(o.tokens) for o in translator.outputs(sources, SearchSettings(1, max_len=5))] == [5, 5, 5]
 
 
