@@ -78,4 +78,5 @@ def test_a_request_that_raised_is_told_a_bad_inputs_message_or_only_the_kind_of_
         "the server failed on this request (KeyError); try again, or another text"
     )
     (record,) = caplog.records
-    assert record.levelname == "ERROR" and record.exc_info is not None and "/srv/models/secret" in caplog.text
+    assert (record.levelname, record.getMessage()) == ("ERROR", "a request failed") and record.exc_info is not None
+    assert "/srv/models/secret" in caplog.text
