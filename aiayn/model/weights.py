@@ -27,7 +27,8 @@ REFUSED_OPCODE = re.compile(r"Unsupported operand \S+")
 
 
 class UnsafePickle(ValueError):
-    """A ``torch.save`` file that holds more than tensors and plain values: the message starts with its path."""
+    """A ``torch.save`` file that asks for more than tensors and plain values (or damaged bytes that read as such a
+    request): the message starts with its path."""
 
 
 class UnsafeTorch(ValueError):
@@ -51,8 +52,8 @@ def read_tensor_pickle(path: Path) -> Any:
     except pickle.UnpicklingError as err:  # torch's message runs over lines: one line says it
         if named := REFUSED_GLOBAL.search(str(err)):
             raise UnsafePickle(
-                f"{path} holds more than tensors and plain values ({named.group()}): refused unread, as reading it "
-                "could run code"
+                f"{path} cannot be read as data alone (its pickle asks for {named.group()}, which could run code), "
+                "so it is refused unread"
             ) from None
         opcode = REFUSED_OPCODE.search(str(err))
         raise ValueError(f"{opcode.group() if opcode else 'not a pickle'} of a file read as data only") from None
