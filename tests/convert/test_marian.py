@@ -337,7 +337,7 @@ def test_an_imported_folder_serves_as_a_space_from_a_fresh_environment(
     space = tmp_path / "space"
     assert main(["export", str(folder.path), "--to", "space", "--out", str(space)]) == 0
     readme = (space / "README.md").read_text()
-    assert "\nlicense: apache-2.0\n" in readme and "imported from the checkpoint folder checkpoint" in readme
+    assert '\nlicense: "apache-2.0"\n' in readme and "imported from the checkpoint folder checkpoint" in readme
     lines = ["Two dogs play in the snow.", "A man sits on a bench."]
     with serve_space(space_python, space, tmp_path / "space.log") as url:
         for beam in (1, 4):
