@@ -74,6 +74,7 @@ class GraphBuilder:
         self.initializers: list[onnx.TensorProto] = []
         self.counter = 0
         self.shared: set[str] = set()  # the names of the constants ``const_once`` made
+        self.row_zero_points = ""  # int8: the activations' zero point, one per row (``int8_rows``)
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -139,16 +140,21 @@ class GraphBuilder:
 
     def int8_rows(self, x: str, hint: str) -> tuple[str, str]:
         """x (rows, in) → its uint8 codes round(x / s) + 128 (rows, in) and each row's scale s = max|x| / 127
-        (rows, 1): from the row alone (``row_int8.quantize_rows`` is the same in NumPy)."""
+        (rows, 1): from the row alone (``row_int8.quantize_rows`` is the same in NumPy).
+
+        QuantizeLinear takes one zero point per row beside the row's scale: every product of a serving graph has
+        the same rows (the encoder's tokens, the decoder's rows), so the first one makes them for all."""
         last_axis = self.const_once("int8.last_axis", np.array([-1]))
         top = self.op1("ReduceMax", [self.op1("Abs", [x], hint + ".abs"), last_axis], hint + ".max")  # (rows, 1)
         top = self.op1("Max", [top, self.const_once("int8.smallest_top", np.array(SMALLEST_TOP, np.float32))], hint)
         levels = self.const_once("int8.levels", np.array(ACTIVATION_LEVELS, np.float32))
         scale = self.op1("Div", [top, levels], hint + ".scale")  # (rows, 1)
         per_row = self.op1("Reshape", [scale, self.const_once("int8.flat", np.array([-1]))], hint + ".scales")
-        zero_point = self.const_once("int8.zero_point", np.array(ACTIVATION_ZERO_POINT, np.uint8))
-        zero_points = self.op1("Expand", [zero_point, self.op1("Shape", [per_row], hint + ".rows")], hint + ".zp")
-        return self.op1("QuantizeLinear", [x, per_row, zero_points], hint + ".q", axis=0), scale
+        if not self.row_zero_points:
+            zero_point = self.const_once("int8.zero_point", np.array(ACTIVATION_ZERO_POINT, np.uint8))
+            rows = self.op1("Shape", [x], "int8.rows", end=1)  # [rows]
+            self.row_zero_points = self.op1("Expand", [zero_point, rows], "int8.row_zero_points")  # (rows,)
+        return self.op1("QuantizeLinear", [x, per_row, self.row_zero_points], hint + ".q", axis=0), scale
 
     def int8_matmul(self, x: str, w: np.ndarray, hint: str, bias: str = "") -> str:
         """x (rows, in) @ ``w`` (in, out) (+ ``bias``) as int8: x quantized per row (``int8_rows``), ``w`` per
