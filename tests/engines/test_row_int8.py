@@ -55,16 +55,18 @@ def product_session(tmp_path: Path, w: np.ndarray, bias: np.ndarray | None, leve
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_a_product_is_its_rows_integers_scaled_alone_and_batched(tmp_path: Path, with_bias: bool) -> None:
     """The int32 sums of the row's codes and the column's, times the column's scale, then the row's (+ bias): the
-    same bits for a row alone, among 1 to 9 rows, or in a batch of 40 where one row holds an outlier."""
+    same bits for a row alone, among 1 to 9 rows, or in a batch of 40 where one row holds an outlier; with the
+    levels the engine takes on this CPU (``int8_kernel.weight_levels``)."""
     rng = np.random.default_rng(1)
     w = rng.normal(0, 0.05, (K, N)).astype(np.float32)
     bias = rng.normal(0, 1, N).astype(np.float32) if with_bias else None
-    session = product_session(tmp_path, w, bias, FULL_LEVELS)
+    levels = int8_kernel.weight_levels()
+    session = product_session(tmp_path, w, bias, levels)
     x = rng.normal(0, 1, (40, K)).astype(np.float32)
     x[7] *= 50
     x[11] = 0  # a row of zeros: its products are exactly the bias
     codes, scales = quantize_rows(x)
-    quantized = quantize_columns(w, FULL_LEVELS)
+    quantized = quantize_columns(w, levels)
     sums = (codes.astype(np.int32) - ACTIVATION_ZERO_POINT) @ quantized.codes.astype(np.int32)
     expected = sums.astype(np.float32) * quantized.scales * scales + (0 if bias is None else bias)
     together = session.run(None, {"x": x})[0]
