@@ -49,9 +49,9 @@ class Weights:
 
 
 # The one table of weight formats: fp32 everywhere; w8 and w4, weight-only blocks (CPU; why these numbers:
-# docs/speed.md); int8, weights per column and activations per row (CPU serving graphs, or elsewhere the exported
-# int8 graphs); fp16 (the GPU's
-# serving graphs, or the exported fp16 graphs). The placement, the CLI's choices, the exports and the tests read it.
+# docs/speed.md); int8, weights per column and activations per row (the CPU's serving graphs; on a GPU the exported
+# int8 graphs); fp16 (the GPU's serving graphs, or the exported fp16 graphs). The placement, the CLI's choices, the
+# exports and the tests read it.
 WEIGHTS = {
     weights.name: weights
     for weights in (
