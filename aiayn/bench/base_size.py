@@ -25,27 +25,31 @@ from aiayn.engines import ONNX
 
 OURS, PEER = f"{ONNX} fp32", "ctranslate2 fp32"
 W8, W4, PEER_INT8 = f"{ONNX} w8", f"{ONNX} w4", "ctranslate2 int8"  # the weight-only variants; CTranslate2's int8
+INT8 = f"{ONNX} int8"  # int8 weights and activations per row, as CTranslate2's int8
 # One batch of 32 on two cores is what a lone `aiayn translate` of a file's first page, or the JSON route, asks.
 BASE_CONFIGS = ((1, 1), (1, 32), (4, 32))  # (beam, batch)
 FRAMINGS = (
     Framing(
         "base size, 1 thread each",
-        (Setup(OURS), Setup(W8), Setup(W4), Setup(PEER), Setup(PEER_INT8)),
+        (Setup(OURS), Setup(W8), Setup(W4), Setup(INT8), Setup(PEER), Setup(PEER_INT8)),
         (
             (f"{OURS} 1×1", (f"{PEER} 1×1",)),
             (f"{W8} 1×1", (f"{OURS} 1×1",)),
             (f"{W4} 1×1", (f"{OURS} 1×1",)),
             (f"{W4} 1×1", (f"{W8} 1×1",)),
             (f"{W8} 1×1", (f"{PEER_INT8} 1×1",)),
+            (f"{INT8} 1×1", (f"{PEER_INT8} 1×1",)),
         ),
     ),
     Framing(
         "base size, 2 cores on one batch",
-        tuple(Setup(name, lanes=THREADS) for name in (OURS, W8, W4, PEER)) + (Setup(PEER, threads=THREADS),),
+        tuple(Setup(name, lanes=THREADS) for name in (OURS, W8, W4, INT8, PEER, PEER_INT8))
+        + tuple(Setup(name, threads=THREADS) for name in (PEER, PEER_INT8)),
         (
             (f"{OURS} {THREADS}×1", (f"{PEER} {THREADS}×1", f"{PEER} 1×{THREADS}")),
             (f"{W8} {THREADS}×1", (f"{OURS} {THREADS}×1",)),
             (f"{W4} {THREADS}×1", (f"{OURS} {THREADS}×1",)),
+            (f"{INT8} {THREADS}×1", (f"{PEER_INT8} {THREADS}×1", f"{PEER_INT8} 1×{THREADS}")),
         ),
     ),
 )

@@ -118,8 +118,8 @@ def add_variant_flag(p: argparse.ArgumentParser, scope: str = "") -> None:
         choices=VARIANTS,
         default="fp32",
         help=f"{scope}the weights: fp32; w8, w4: 8- or 4-bit weight blocks built at load (onnx engine, CPU; "
-        "docs/speed.md); int8: dynamic int8 (CPU); fp16: the serving graphs on a GPU, or the graphs of "
-        "`aiayn export --variant fp16`",
+        "docs/speed.md); int8: int8 weights and activations per row, built at load (CPU); fp16: the serving graphs "
+        "on a GPU, or the graphs of `aiayn export --variant fp16`",
     )
 
 

@@ -177,8 +177,8 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--beam", type=int, choices=range(1, 9), default=4, metavar="1..8", help="with --long: beam size")
     # The engine's flags: --device picks the speed table's framings (cuda: ours on the GPU against CTranslate2 there,
     # fp32 and fp16, with each engine's GPU memory); --cores, --threads-per-lane and --variant are --long's (the
-    # speed table's framings fix their own, and its base-size rows measure fp32, w8 and w4 side by side); --variant
-    # is --profile's too.
+    # speed table's framings fix their own, and its base-size rows measure fp32, w8, w4 and int8 side by side);
+    # --variant is --profile's too.
     add_engine_flags(p, engine_help=None, device_default="cpu")
     p.add_argument(
         "--quick",

@@ -127,7 +127,8 @@ def add_export(sub: Any) -> None:
     p.add_argument(
         "--variant",
         default=None,
-        help="--to onnx: the graphs written beside fp32, comma-separated: int8 (dynamic int8, CPU), fp16 (CUDA); "
+        help="--to onnx: the graphs written beside fp32, comma-separated: int8 (ONNX Runtime's dynamic int8, "
+        "for other runtimes), fp16 (CUDA); "
         "--to web, the browser folder's graphs, and --to space, the weights the Space serves: fp32 (default: the "
         f"CLI's very answers) or a weight-only block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as "
         "`aiayn translate --variant` runs them; a GPU Space (--device cuda) serves fp32 or fp16",

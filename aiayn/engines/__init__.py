@@ -37,7 +37,7 @@ class Weights:
     name: str
     serving: dict[str, ServingOps]  # device → the ops of the serving graphs built in these weights when it loads
     block: BlockScheme | None = None  # weight-only blocks: every projection as MatMulNBits (``onnx/block_quant.py``)
-    int8: bool = False  # ONNX Runtime's dynamic int8 quantization of every projection (``onnx/quantize.py``)
+    int8: bool = False  # int8 weights per column, activations per row, in the CPU serving graphs (``onnx/row_int8.py``)
     gpu: bool = True  # a GPU runs them (its serving graphs, or the exported graphs): else no GPU is even probed
     torch: bool = False  # the PyTorch engine runs them
     web: bool = False  # the browser folder's graphs (`aiayn export --to web --variant`)
@@ -49,8 +49,9 @@ class Weights:
 
 
 # The one table of weight formats: fp32 everywhere; w8 and w4, weight-only blocks (CPU; why these numbers:
-# docs/speed.md); int8, dynamically quantized (CPU serving graphs, or the exported int8 graphs); fp16 (the GPU's
-# serving graphs, or the exported fp16 graphs). The placement, the CLI's choices, the exports and the tests read it.
+# docs/speed.md); int8, weights per column and activations per row (the CPU's serving graphs; on a GPU the exported
+# int8 graphs); fp16 (the GPU's serving graphs, or the exported fp16 graphs). The placement, the CLI's choices, the
+# exports and the tests read it.
 WEIGHTS = {
     weights.name: weights
     for weights in (

@@ -283,7 +283,7 @@ def export_onnx(
             if "fp16" in wanted:
                 convert_to_fp16(plain, drafts / variant_file(spec.file, "fp16"))
             if "int8" in wanted:
-                int8 = quantize_int8(plain, pre_process=True)
+                int8 = quantize_int8(plain)
                 (drafts / variant_file(spec.file, "int8")).write_bytes(int8)
             for variant in wanted:
                 finish_graph(drafts / variant_file(spec.file, variant), spec, {**metadata, VARIANT_KEY: variant})

@@ -6,7 +6,7 @@ search's step interface with their selection head inside: only each row's k best
 ONNX Runtime. The two devices differ where they really do, as data and as one state back end:
 
 - the ops: on a CPU GroupQueryAttention over per-row lengths, in fp32 or its w8, w4 (``block_quant.py``) and int8
-  (``quantize.py``) weights; on CUDA the new key/value scattered into the cache and MultiHeadAttention over it, every
+  (``row_int8.py``) weights; on CUDA the new key/value scattered into the cache and MultiHeadAttention over it, every
   position on the device, fp32 or fp16;
 - the state: on a CPU NumPy buffers bound in place (``host_buffers.py``); on a GPU buffers in the device's memory at
   addresses that stay put, each step a captured CUDA graph's replay (``device_buffers.py``).
@@ -26,19 +26,18 @@ from safetensors.numpy import load_file
 
 from aiayn.core.folder import ModelFolder
 from aiayn.engines import ONNX, SERVING_VARIANTS
-from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.engines.onnx.serving import spec
 from aiayn.engines.onnx.serving.attention_view import AttentionView
 from aiayn.engines.onnx.serving.device_buffers import DeviceBuffers
 from aiayn.engines.onnx.serving.graphs import build_serving_graphs, graphs_directory
 from aiayn.engines.onnx.serving.host_buffers import HostBuffers
+from aiayn.engines.onnx.serving.int8_kernel import weight_levels
 from aiayn.engines.onnx.serving.kernel_rows import rows_for
 from aiayn.engines.onnx.sessions import check_built_graph, open_on_device
 from aiayn.engines.onnx.tiny_graphs import gather_model, widen_model
 from aiayn.engines.placement import Placement
 
 S = TypeVar("S")
-INT8_OPS = ("MatMul", "Attention")  # the int8 variant's quantized weights: every projection, not the embedding
 
 
 class StateBuffers(Protocol[S]):
@@ -84,11 +83,11 @@ class ServingEngine(Generic[S]):
         folder.check_weights()
         tensors = load_file(str(folder.weights_file))  # fp16 on disk: each tensor takes its graph's dtype
         with graphs_directory() as directory:
-            paths = build_serving_graphs(folder.config, tensors, directory, source, weights.block, ops)
+            levels = weight_levels() if weights.int8 else 0
+            paths = build_serving_graphs(folder.config, tensors, directory, source, weights.block, ops, levels)
             del tensors
-            models: list[Path | bytes] = [quantize_int8(p, INT8_OPS) for p in paths] if weights.int8 else [*paths]
-            encoder = open_on_device(paths[0], models[0], placement)
-            decoder = open_on_device(paths[1], models[1], placement, graphs=True, profiled=True)
+            encoder = open_on_device(paths[0], paths[0], placement)
+            decoder = open_on_device(paths[1], paths[1], placement, graphs=True, profiled=True)
         check_built_graph(encoder, spec.serving_encoder_spec(folder.config, ops))
         check_built_graph(decoder, spec.serving_decoder_spec(folder.config, ops))
         if not placement.for_gpu:

@@ -3,7 +3,8 @@ view share (``graphs.py``, ``attention_view.py``); their weights go to one exter
 (``onnx/external_data.py``).
 
 Each method answers to a part of the paper it builds (§3.1 the residual stacks, eq. 2 the feed-forward, §3.4 the
-scaled embeddings, §3.5 the positions); the weight matrices are fp32, fp16, or block-quantized (``block_quant.py``).
+scaled embeddings, §3.5 the positions); the weight matrices are fp32, fp16, block-quantized (``block_quant.py``) or
+int8 per column with the activations quantized per row in the graph (``row_int8.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from aiayn.core.contract import IR_VERSION, OPSET, GraphSpec, TensorSpec
 from aiayn.core.weight_spec import BIAS, EMBEDDING, W_1, W_2, WEIGHT
 from aiayn.engines.onnx.block_quant import BlockScheme, quantize_gather, quantize_matmul
 from aiayn.engines.onnx.external_data import ExternalData
+from aiayn.engines.onnx.row_int8 import (
+    ACTIVATION_LEVELS,
+    ACTIVATION_ZERO_POINT,
+    LOOKUP_LEVELS,
+    SMALLEST_TOP,
+    quantize_columns,
+)
 
 MS_DOMAIN = "com.microsoft"
 EXTERNAL_MIN_BYTES = 4096  # constants from this size on are external data (ONNX Runtime wants ≥ 128 bytes)
@@ -46,7 +54,8 @@ def sinusoidal_table(length: int, d_model: int, layout: str) -> np.ndarray:
 
 class GraphBuilder:
     """Nodes, initializers and unique names for one graph; its large constants go to ``external``; its weight
-    matrices are ``dtype`` (float constants all are), or block-quantized by ``scheme``."""
+    matrices are ``dtype`` (float constants all are), block-quantized by ``scheme``, or int8 with ``int8_levels``
+    levels a side (``row_int8.py``; 0: not int8)."""
 
     def __init__(
         self,
@@ -54,14 +63,18 @@ class GraphBuilder:
         external: ExternalData,
         scheme: BlockScheme | None = None,
         dtype: str = "float32",
+        int8_levels: int = 0,
     ) -> None:
         self.weights = weights
         self.external = external
         self.scheme = scheme
+        self.int8_levels = int8_levels
         self.dtype = np.dtype(dtype)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.counter = 0
+        self.shared: set[str] = set()  # the names of the constants ``const_once`` made
+        self.row_zero_points = ""  # int8: the activations' zero point, one per row (``int8_rows``)
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -75,8 +88,20 @@ class GraphBuilder:
             self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
+    def const_once(self, name: str, value: np.ndarray) -> str:
+        """A small constant that several nodes read, stored once under ``name``."""
+        if name not in self.shared:
+            self.shared.add(name)
+            self.const(name, value)
+        return name
+
     def weight(self, name: str) -> np.ndarray:
         return np.asarray(self.weights[name], dtype=np.float32)
+
+    @property
+    def quantized(self) -> bool:
+        """The weight matrices are stored quantized: each projection is a node of its own (no fp32 Attention op)."""
+        return self.scheme is not None or self.int8_levels > 0
 
     def op(
         self, op_type: str, inputs: list[str], hint: str, n_out: int = 1, domain: str = "", **attrs: Any
@@ -96,8 +121,10 @@ class GraphBuilder:
         return self.matmul(x, w, hint, self.const(self.fresh(hint + ".b"), b))
 
     def matmul(self, x: str, w: np.ndarray, hint: str, bias: str = "") -> str:
-        """x (rows, in) @ ``w`` (in, out) (+ ``bias``): fp32 MatMul (+ Add, which ORT fuses into a Gemm), or
-        ``MatMulNBits`` with the bias as its own input."""
+        """x (rows, in) @ ``w`` (in, out) (+ ``bias``): fp32 MatMul (+ Add, which ORT fuses into a Gemm),
+        ``MatMulNBits`` with the bias as its own input, or int8 rows times int8 columns (``int8_matmul``)."""
+        if self.int8_levels:
+            return self.int8_matmul(x, w, hint, bias)
         if self.scheme is None:
             y = self.op1("MatMul", [x, self.const(self.fresh(hint + ".w"), w)], hint)
             return self.op1("Add", [y, bias], hint) if bias else y
@@ -111,9 +138,46 @@ class GraphBuilder:
             inputs.pop()
         return self.op1("MatMulNBits", inputs, hint, MS_DOMAIN, **quantized.attributes)
 
+    def int8_rows(self, x: str, hint: str) -> tuple[str, str]:
+        """x (rows, in) → its uint8 codes round(x / s) + 128 (rows, in) and each row's scale s = max|x| / 127
+        (rows, 1): from the row alone (``row_int8.quantize_rows`` is the same in NumPy).
+
+        QuantizeLinear takes one zero point per row beside the row's scale: every product of a serving graph has
+        the same rows (the encoder's tokens, the decoder's rows), so the first one makes them for all."""
+        last_axis = self.const_once("int8.last_axis", np.array([-1]))
+        top = self.op1("ReduceMax", [self.op1("Abs", [x], hint + ".abs"), last_axis], hint + ".max")  # (rows, 1)
+        top = self.op1("Max", [top, self.const_once("int8.smallest_top", np.array(SMALLEST_TOP, np.float32))], hint)
+        levels = self.const_once("int8.levels", np.array(ACTIVATION_LEVELS, np.float32))
+        scale = self.op1("Div", [top, levels], hint + ".scale")  # (rows, 1)
+        per_row = self.op1("Reshape", [scale, self.const_once("int8.flat", np.array([-1]))], hint + ".scales")
+        if not self.row_zero_points:
+            zero_point = self.const_once("int8.zero_point", np.array(ACTIVATION_ZERO_POINT, np.uint8))
+            rows = self.op1("Shape", [x], "int8.rows", end=1)  # [rows]
+            self.row_zero_points = self.op1("Expand", [zero_point, rows], "int8.row_zero_points")  # (rows,)
+        return self.op1("QuantizeLinear", [x, per_row, self.row_zero_points], hint + ".q", axis=0), scale
+
+    def int8_matmul(self, x: str, w: np.ndarray, hint: str, bias: str = "") -> str:
+        """x (rows, in) @ ``w`` (in, out) (+ ``bias``) as int8: x quantized per row (``int8_rows``), ``w`` per
+        column (``row_int8.quantize_columns``), their integer product scaled by the row's scale times the column's
+        (``MatMulIntegerToFloat``: the int32 sums of MLAS's u8·s8 kernel, then one multiply), then the bias: an Add
+        of its own, as the op's bias input is added before a per-row scale multiplies (ONNX Runtime 1.31)."""
+        codes, row_scales = self.int8_rows(x, hint)
+        quantized = quantize_columns(w, self.int8_levels)
+        weights = self.const(self.fresh(hint + ".q"), quantized.codes)
+        scales = self.const(self.fresh(hint + ".scales"), quantized.scales)
+        zero_point = self.const_once("int8.zero_point", np.array(ACTIVATION_ZERO_POINT, np.uint8))
+        inputs = [codes, weights, row_scales, scales, zero_point]  # A, B, their scales, A's zero point
+        y = self.op1("MatMulIntegerToFloat", inputs, hint, MS_DOMAIN)
+        return self.op1("Add", [y, bias], hint) if bias else y
+
     def lookup(self, table: np.ndarray, ids: str, hint: str) -> str:
-        """Rows of ``table`` (vocab, d) at ``ids`` (any shape) → (*ids.shape, d): fp32 Gather, or
-        ``GatherBlockQuantized`` where the rows are whole blocks."""
+        """Rows of ``table`` (vocab, d) at ``ids`` (any shape) → (*ids.shape, d): fp32 Gather, int8 rows times
+        their scales, or ``GatherBlockQuantized`` where the rows are whole blocks."""
+        if self.int8_levels:
+            rows = quantize_columns(table.T, LOOKUP_LEVELS)  # a row of the table is a column here
+            codes = self.op1("Gather", [self.const(hint + ".q", np.ascontiguousarray(rows.codes.T)), ids], hint)
+            scales = self.op1("Gather", [self.const(hint + ".scales", rows.scales[:, None]), ids], hint + ".s")
+            return self.op1("Mul", [self.op1("Cast", [codes], hint + ".f", to=onnx.TensorProto.FLOAT), scales], hint)
         if self.scheme is None or table.shape[1] % self.scheme.block_size:
             return self.op1("Gather", [self.const(hint, table), ids], hint)
         quantized = quantize_gather(table, self.scheme)

@@ -33,7 +33,8 @@ The ids a config never generates are no business of the graphs: the search leave
 
 The weight-only variants (``block_quant.VARIANTS``: w8, w4) store every projection as ``MatMulNBits`` blocks and
 the embedding lookups as ``GatherBlockQuantized``, the tied output projection included; norms, biases and positions
-stay fp32.
+stay fp32. The int8 variant stores them in int8, one scale per output column, and quantizes each product's input
+per row inside the graph (``row_int8.py``, ``GraphBuilder.int8_matmul``); the embedding is int8 per row.
 
 Contrib-op masks are int32, 1 = attend; blocked scores get -10000 before the
 softmax instead of -inf (exp underflows to exactly 0 either way, as long as one key is
@@ -150,10 +151,11 @@ def build_encoder(
     external: ExternalData,
     scheme: BlockScheme | None = None,
     ops: ServingOps = CPU_OPS,
+    int8_levels: int = 0,
 ) -> bytes:
     """src_ids (batch, src_len) int64 and src_mask (batch, src_len) int32 →
     cross_kv (2 · decoder layers, batch, heads, src_len, d_head): layer i's keys at 2i, values at 2i + 1."""
-    g = GraphBuilder(weights, external, scheme, ops.dtype)
+    g = GraphBuilder(weights, external, scheme, ops.dtype, int8_levels)
     d, heads, d_head, n_dec = config.d_model, config.n_heads, config.d_head, config.n_decoder_layers
     table = g.positions(config)
     shape = g.op1("Shape", [SRC_IDS], "shape")  # [batch, src_len]
@@ -175,9 +177,10 @@ def build_encoder(
 
     def self_attention(h: str, prefix: str) -> str:
         """Over (batch, src_len, d) with the padding mask: fp32, the Attention op with the QKV projection inside;
-        block-quantized, that projection as one ``MatMulNBits`` and MultiHeadAttention over its three parts."""
+        quantized, that projection as one product (``GraphBuilder.matmul``) and MultiHeadAttention over its three
+        parts."""
         names = [f"{prefix}.{W_Q}", f"{prefix}.{W_K}", f"{prefix}.{W_V}"]
-        if g.scheme is None:
+        if not g.quantized:
             w = np.concatenate([g.weight(f"{n}.{WEIGHT}") for n in names], axis=0).T  # (d, 3d)
             b = np.concatenate([g.weight(f"{n}.{BIAS}") for n in names])
             h3 = g.op1("Reshape", [h, bsd], "h3")
@@ -281,6 +284,7 @@ def build_decoder(
     external: ExternalData,
     scheme: BlockScheme | None = None,
     ops: ServingOps = CPU_OPS,
+    int8_levels: int = 0,
 ) -> bytes:
     """One new token per row after the cached ones → its ``k`` best next tokens (log-softmax, then TopK over the
     best blocks of the vocabulary, ``two_stage_top_k``, where the vocabulary divides into blocks).
@@ -290,7 +294,7 @@ def build_decoder(
     are grouped by sentence (``group_shape``): rows r·k … r·k + k - 1 attend over sentence r's ``cross_*`` and
     ``src_mask``.
     """
-    g = GraphBuilder(weights, external, scheme, ops.dtype)
+    g = GraphBuilder(weights, external, scheme, ops.dtype, int8_levels)
     d, heads = config.d_model, config.n_heads
     tokens = g.embed(config, TGT_IDS)  # (rows, d)
     positions = g.op1("Gather", [g.positions(config), SEQLENS_K], "pos")  # (rows, d)
@@ -370,15 +374,17 @@ def build_serving_graphs(
     source: str = "the weights",
     scheme: BlockScheme | None = None,
     ops: ServingOps = CPU_OPS,
+    int8_levels: int = 0,
 ) -> tuple[Path, Path]:
     """The encoder and decoder graphs of ``ops`` for ``config`` and its weights (any float dtype; ``ops.dtype``
-    inside, or fp32 block-quantized by ``scheme``), written to ``directory`` with their weights in one external-data
-    file beside them; the weights must follow the weights' spec (``source`` names them if they do not)."""
+    inside, or fp32 block-quantized by ``scheme``, or int8 with ``int8_levels`` a side: ``row_int8.py``), written to
+    ``directory`` with their weights in one external-data file beside them; the weights must follow the weights'
+    spec (``source`` names them if they do not)."""
     check_weights(config, {name: tensor.shape for name, tensor in weights.items()}, source)
     external = ExternalData(directory / EXTERNAL_DATA_FILE)
     try:
-        graphs = {SERVING_ENCODER: build_encoder(config, weights, external, scheme, ops)}
-        graphs[SERVING_DECODER] = build_decoder(config, weights, external, scheme, ops)
+        graphs = {SERVING_ENCODER: build_encoder(config, weights, external, scheme, ops, int8_levels)}
+        graphs[SERVING_DECODER] = build_decoder(config, weights, external, scheme, ops, int8_levels)
     finally:
         external.close()
     paths = {name: directory / f"{name.replace(' ', '_')}.onnx" for name in graphs}

@@ -54,7 +54,7 @@ class ServingOps:
 
 
 # The serving graphs' ops: the CPU's (fp32 graphs, their weights quantized for w8, w4 and int8: ``block_quant.py``,
-# ``quantize.py``) and the GPU's, fp32 and fp16. The table of weights (``aiayn.engines.WEIGHTS``) says which each
+# ``row_int8.py``) and the GPU's, fp32 and fp16. The table of weights (``aiayn.engines.WEIGHTS``) says which each
 # variant takes on each device.
 CPU_OPS = ServingOps("cpu", GQA)
 CUDA_OPS = ServingOps("cuda", SCATTERED, two_stage_top_k=False)
