@@ -6,11 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from aiayn.cli.args import add_overwrite_flag
+
 
 def cmd_import(args: argparse.Namespace) -> None:
     from aiayn.convert.marian import import_marian
 
-    _, report = import_marian(args.source, Path(args.out), args.src, args.tgt)
+    _, report = import_marian(args.source, Path(args.out), args.src, args.tgt, args.overwrite)
     for line in report:
         print(line)
 
@@ -24,7 +26,13 @@ def add_import(sub: Any) -> None:
         "model.safetensors or pytorch_model.bin, source.spm, target.spm and vocab.json.",
     )
     p.add_argument("source", help="Hub id (Helsinki-NLP/opus-mt-en-de) or checkpoint folder")
-    p.add_argument("--out", required=True, metavar="DIR", help="the model folder to write (new or empty)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="the model folder to write: new, empty or an earlier import's (replaced whole once the new one is done)",
+    )
+    add_overwrite_flag(p)
     p.add_argument("--src", default=None, help="source language code, where the checkpoint does not say it")
     p.add_argument(
         "--tgt",
