@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,13 +14,7 @@ MAKER = Command("aiayn make", "choose another --out, or pass --overwrite")
 OTHER = Command("aiayn other", "choose another --out")
 
 
-def tree(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` by its relative path, with its sha256: the folder byte for byte."""
-    return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+Bytes = Callable[[Path], dict[str, str]]
 
 
 def make(out: Path, files: dict[str, str], command: Command = MAKER) -> None:
@@ -30,9 +24,9 @@ def make(out: Path, files: dict[str, str], command: Command = MAKER) -> None:
             (staging / name).write_text(text)
 
 
-def test_a_new_folder_is_written_with_its_manifest_and_nothing_left_beside(tmp_path: Path) -> None:
+def test_a_new_folder_is_written_with_its_manifest_and_nothing_left_beside(folder_bytes: Bytes, tmp_path: Path) -> None:
     make(tmp_path / "out", {"a.txt": "a", "sub/b.txt": "b"})
-    assert set(tree(tmp_path / "out")) == {"a.txt", "sub/b.txt", MANIFEST_FILE}
+    assert set(folder_bytes(tmp_path / "out")) == {"a.txt", "sub/b.txt", MANIFEST_FILE}
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
@@ -45,15 +39,17 @@ def test_its_own_output_is_replaced_whole_stale_files_gone(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("foreign", ["notes.txt", "sub/deep.bin"])
-def test_a_folder_holding_a_file_it_did_not_write_is_refused_and_left_as_it_was(tmp_path: Path, foreign: str) -> None:
+def test_a_folder_holding_a_file_it_did_not_write_is_refused_and_left_as_it_was(
+    folder_bytes: Bytes, tmp_path: Path, foreign: str
+) -> None:
     out = tmp_path / "out"
     make(out, {"a.txt": "a"})
     (out / foreign).parent.mkdir(parents=True, exist_ok=True)
     (out / foreign).write_text("mine")
-    before = tree(out)
+    before = folder_bytes(out)
     with pytest.raises(FileExistsError, match=f"holds {foreign}, which aiayn make did not write; choose another"):
         make(out, {"a.txt": "A"})
-    assert tree(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert folder_bytes(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
 def test_another_commands_output_and_a_file_are_refused(tmp_path: Path) -> None:
@@ -90,12 +86,12 @@ def test_an_empty_folder_and_a_missing_one_are_the_commands(tmp_path: Path) -> N
 
 
 def test_overwrite_replaces_a_foreign_folder_but_never_an_input_the_current_or_home_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    folder_bytes: Bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
     (out / "model").mkdir(parents=True)
     (out / "model" / "config.json").write_text("{}")
-    before = tree(out)
+    before = folder_bytes(out)
     with pytest.raises(FileExistsError, match=f"--overwrite would delete {out / 'model'}"):
         claim(out, MAKER, overwrite=True, inputs=[out / "model"])
     monkeypatch.chdir(out / "model")
@@ -105,27 +101,29 @@ def test_overwrite_replaces_a_foreign_folder_but_never_an_input_the_current_or_h
     monkeypatch.setenv("HOME", str(out))
     with pytest.raises(FileExistsError, match="--overwrite would delete"):
         claim(out, MAKER, overwrite=True)
-    assert tree(out) == before
+    assert folder_bytes(out) == before
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with written_whole(out, MAKER, overwrite=True) as staging:
         (staging / "a.txt").write_text("a")
-    assert set(tree(out)) == {"a.txt", MANIFEST_FILE}
+    assert set(folder_bytes(out)) == {"a.txt", MANIFEST_FILE}
 
 
-def test_a_failure_while_writing_leaves_the_old_output_whole(tmp_path: Path) -> None:
+def test_a_failure_while_writing_leaves_the_old_output_whole(folder_bytes: Bytes, tmp_path: Path) -> None:
     out = tmp_path / "out"
     make(out, {"a.txt": "a", "sub/b.txt": "b"})
-    before = tree(out)
+    before = folder_bytes(out)
     with pytest.raises(RuntimeError, match="disk full"), written_whole(out, MAKER) as staging:
         (staging / "a.txt").write_text("half")
         raise RuntimeError("disk full")
-    assert tree(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert folder_bytes(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-def test_a_failure_at_the_swap_puts_the_old_output_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_at_the_swap_puts_the_old_output_back(
+    folder_bytes: Bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     make(out, {"a.txt": "a"})
-    before = tree(out)
+    before = folder_bytes(out)
     rename = Path.rename
 
     def failing(self: Path, target: Path) -> Path:
@@ -136,7 +134,7 @@ def test_a_failure_at_the_swap_puts_the_old_output_back(tmp_path: Path, monkeypa
     monkeypatch.setattr(Path, "rename", failing)
     with pytest.raises(OSError, match="power cut"), written_whole(out, MAKER) as staging:
         (staging / "a.txt").write_text("new")
-    assert tree(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert folder_bytes(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
 def test_files_arrived_while_writing_are_refused_before_the_swap(tmp_path: Path) -> None:
