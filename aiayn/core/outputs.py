@@ -113,7 +113,7 @@ def claim(out: Path, command: Command, overwrite: bool = False, inputs: Iterable
         return
     if overwrite:
         where = out.resolve()
-        kept = [Path.cwd(), Path.home(), *(Path(p).resolve() for p in inputs)]
+        kept = [Path(p).resolve() for p in (Path.cwd(), Path.home(), *inputs)]
         held = next((p for p in kept if is_within(p, where)), None)
         if held is not None:
             raise FileExistsError(f"--overwrite would delete {held} with {out}; give {command.name} another folder")
