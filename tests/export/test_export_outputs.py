@@ -93,3 +93,19 @@ def test_a_space_exported_again_keeps_no_stale_file(tiny_folder: Path, tmp_path:
     assert (out / "model" / "encoder.onnx").is_file()  # a GPU Space carries the graphs
     assert export(tiny_folder, "space", out) == 0
     assert not (out / "model" / "encoder.onnx").exists()  # a CPU Space builds them from the weights
+
+
+def test_an_export_that_fails_midway_leaves_the_old_output_whole(
+    tiny_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder_bytes: Bytes
+) -> None:
+    out = tmp_path / "space"
+    assert export(tiny_folder, "space", out) == 0
+    before = folder_bytes(out)
+
+    def disk_full(*args: object) -> list[str]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("aiayn.export.space.requirements", disk_full)  # after the model and app.py are written
+    with pytest.raises(OSError, match="No space left"):
+        export(tiny_folder, "space", out, "--variant", "w8")
+    assert folder_bytes(out) == before and [p.name for p in tmp_path.iterdir()] == ["space"]
