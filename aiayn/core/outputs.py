@@ -83,9 +83,8 @@ def write_manifest(folder: Path, command: Command, files: Iterable[str]) -> None
 
 def is_listed(entry: str, listed: set[str]) -> bool:
     """``entry`` is listed, lies in a listed folder (``checkpoints/``), or is a listed file's temporary twin."""
-    if entry == MANIFEST_FILE or entry in listed:
-        return True
-    if entry.endswith(TMP_SUFFIX) and entry.removesuffix(TMP_SUFFIX) in listed:
+    named = entry.removesuffix(TMP_SUFFIX)
+    if named == MANIFEST_FILE or named in listed or entry in listed:
         return True
     parts = entry.split("/")
     return any("/".join(parts[:depth]) + "/" in listed for depth in range(1, len(parts)))
