@@ -188,6 +188,8 @@ def test_prepare_refuses_a_folder_it_did_not_write_and_leaves_it_byte_for_byte(
     # --overwrite never deletes the corpus it reads (nor the current or home folder)
     assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(tmp_path), "--overwrite"]) == 2
     assert "--overwrite would delete" in refused_line(capsys) and (tmp_path / "train.en").is_file()
+    assert main(["prepare", *corpus, "--out", str(home / "notes.txt" / "prepared")]) == 2  # under a file
+    assert "File exists" in refused_line(capsys) and folder_bytes(home) == before
 
 
 def test_prepare_replaces_its_own_output_whole_and_a_failed_run_leaves_it_as_it_was(
