@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import subprocess
@@ -169,6 +170,24 @@ sys.meta_path.insert(0, Block())
 def import_blocker() -> Callable[[str], str]:
     """``blocker_source``: the module a test's subprocess must run without."""
     return blocker_source
+
+
+def folder_bytes_of(folder: Path) -> dict[str, str]:
+    """Every file and link under ``folder`` by its relative path, with the sha256 of its bytes (a link: of its
+    target's name): the folder byte for byte, to compare before and after a command."""
+    return {
+        path.relative_to(folder).as_posix(): hashlib.sha256(
+            os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        ).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() or path.is_symlink()
+    }
+
+
+@pytest.fixture(scope="session")
+def folder_bytes() -> Callable[[Path], dict[str, str]]:
+    """``folder_bytes(folder)``: its files and their sha256, which a refused command must leave as they were."""
+    return folder_bytes_of
 
 
 def free_port() -> int:

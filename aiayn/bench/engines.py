@@ -157,7 +157,7 @@ def prepare(folder: ModelFolder, workdir: Path, variants: tuple[str, ...] = ("fp
     copy = ModelFolder.open(workdir)
     model = load_model(copy)
     export_onnx(model, copy, variants)
-    export_ctranslate2(model, copy.tokenizer, copy.path)
+    export_ctranslate2(model, copy.tokenizer, copy.path, overwrite=True)  # the bench's own copy
     return copy
 
 

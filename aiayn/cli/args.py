@@ -111,6 +111,17 @@ def add_data_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help=DATA_HELP)
 
 
+def add_overwrite_flag(p: argparse.ArgumentParser, out: str = "--out") -> None:
+    """--overwrite: the one way past the refusal of a folder the command did not write (``core/outputs.py``)."""
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace {out} whole even where it holds files this command did not write (they are deleted once "
+        "the new output is complete); without it such a folder is refused, and a folder of this command's own "
+        "earlier output is replaced whole",
+    )
+
+
 def add_variant_flag(p: argparse.ArgumentParser, scope: str = "") -> None:
     """--variant, the one flag for the weights an engine runs; ``scope`` says where a command takes it."""
     p.add_argument(

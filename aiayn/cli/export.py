@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import UserError, add_data_flag
+from aiayn.cli.args import UserError, add_data_flag, add_overwrite_flag
 from aiayn.core.contract import VARIANTS as EXPORTED_VARIANTS
 from aiayn.core.folder import ModelFolder
 from aiayn.core.normalizer import normalize_text
@@ -61,6 +61,11 @@ def cmd_export(args: argparse.Namespace) -> None:
     variants = [v for v in (args.variant or "").split(",") if v]
     if args.to in ("web", "space") and len(variants) > 1:
         raise UserError(f"--to {args.to} serves one variant: --variant fp32, w8 or w4 (not {args.variant})")
+    if args.overwrite and args.to == "onnx":
+        raise UserError(
+            "--overwrite goes with --to web, space, transformers or ctranslate2 (the graphs of --to onnx "
+            "are the model folder's own, replaced whenever it is exported again)"
+        )
     if args.transformers_js and args.to != "transformers":
         raise UserError("--transformers-js goes with --to transformers")
     if args.to in ("ctranslate2", "transformers") and variants:
@@ -68,19 +73,19 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.to == "web":
         from aiayn.export.web import export_web
 
-        for line in export_web(folder, Path(args.out), args.variant or "fp32"):
+        for line in export_web(folder, Path(args.out), args.variant or "fp32", overwrite=args.overwrite):
             print(line)
         return
     if args.to == "space":
         from aiayn.export.space import export_space
 
-        for line in export_space(folder, Path(args.out), args.device or "cpu", args.variant or "fp32"):
+        for line in export_space(folder, Path(args.out), args.device or "cpu", args.variant or "fp32", args.overwrite):
             print(line)
         return
     if args.to == "transformers":
         from aiayn.export.transformers_folder import export_transformers
 
-        for line in export_transformers(folder, Path(args.out), args.transformers_js):
+        for line in export_transformers(folder, Path(args.out), args.transformers_js, args.overwrite):
             print(line)
         return
 
@@ -96,7 +101,9 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise ValueError(f"--check-sentences must be 0 or more, got {args.check_sentences}")
     model = load_model(folder)
     sentences, references = check_set(folder, args.check_files, args.data)
-    for line in export_folder(model, folder, sentences, references, args.to, variants, args.check_sentences):
+    for line in export_folder(
+        model, folder, sentences, references, args.to, variants, args.check_sentences, args.overwrite
+    ):
         print(line)
 
 
@@ -111,7 +118,14 @@ def add_export(sub: Any) -> None:
         "a whole Gradio Space serving the model, or a transformers Marian folder for the Hub (web, space and "
         "transformers need --out; no PyTorch, but transformers measures its one difference with it)",
     )
-    p.add_argument("--out", metavar="DIR", default=None, help="the folder --to web, space or transformers writes")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="the folder --to web, space or transformers writes: new, empty or that export's earlier output "
+        "(replaced whole once the new one is done)",
+    )
+    add_overwrite_flag(p, "--out (or the model folder's ctranslate2/)")
     p.add_argument(
         "--transformers-js",
         action="store_true",

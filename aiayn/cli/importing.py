@@ -6,11 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from aiayn.cli.args import add_overwrite_flag
+
 
 def cmd_import(args: argparse.Namespace) -> None:
     from aiayn.convert.marian import import_marian
 
-    _, report = import_marian(args.source, Path(args.out), args.src, args.tgt, args.revision)
+    _, report = import_marian(args.source, Path(args.out), args.src, args.tgt, args.revision, args.overwrite)
     for line in report:
         print(line)
 
@@ -31,7 +33,13 @@ def add_import(sub: Any) -> None:
         help="of a Hub id: the branch, tag or commit to read (default: its main branch); the folder records the "
         "commit read (config.json's imported.revision)",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="the model folder to write (new or empty)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="the model folder to write: new, empty or an earlier import's (replaced whole once the new one is done)",
+    )
+    add_overwrite_flag(p)
     p.add_argument("--src", default=None, help="source language code, where the checkpoint does not say it")
     p.add_argument(
         "--tgt",

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli.args import positive_int
+from aiayn.cli.args import add_overwrite_flag, positive_int
 from aiayn.cli.corpus import add_corpus_flags, corpus_sources
 from aiayn.core.config import PRESETS
 
@@ -21,7 +21,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
         vocab_size=args.vocab_size, max_length=args.max_length, tokenizer_sample=args.tokenizer_sample
     )
     started = time.perf_counter()
-    data = prepare(args.out, *corpus_sources(args), settings)
+    data = prepare(args.out, *corpus_sources(args), settings, overwrite=args.overwrite)
     seconds = time.perf_counter() - started
     counts = data.record["counts"]
     print(json.dumps(counts, indent=2))
@@ -32,7 +32,13 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def add_prepare(sub: Any) -> None:
     p = sub.add_parser("prepare", help="train the tokenizer and write a corpus as memory-mapped token ids")
     add_corpus_flags(p)
-    p.add_argument("--out", required=True, type=Path, help="folder to write (replaced if it exists)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="folder to write: new, empty or an earlier `aiayn prepare`'s (replaced whole once the new one is done)",
+    )
+    add_overwrite_flag(p)
     p.add_argument(
         "--vocab-size",
         type=positive_int,

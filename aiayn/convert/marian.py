@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +50,7 @@ from aiayn.convert.marian_layout import (
 from aiayn.convert.sentencepiece import read_spm, tokenizer_from_sentencepiece
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import IMPORTED_SECTION, SEARCH_SECTION, ModelFolder
+from aiayn.core.outputs import Command, claim, written_whole
 from aiayn.core.tokenizer import (
     SPECIAL_TOKEN_TEXT,
     TARGET_TOKENIZER_FILE,
@@ -76,6 +75,7 @@ CHECKPOINT_FILES = (
     TARGET_TOKENIZER_FILE,
     "README.md",  # the model card: its front matter states the licence
 )
+IMPORT = Command("aiayn import", "choose another --out, or pass --overwrite to replace the folder whole")
 # transformers' names for Marian's activations → ours (config.ACTIVATIONS).
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -408,11 +408,19 @@ def check_against_checkpoint(
 
 
 def import_marian(
-    source: str, out: Path, src_lang: str | None = None, tgt_lang: str | None = None, revision: str | None = None
+    source: str,
+    out: Path,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    revision: str | None = None,
+    overwrite: bool = False,
 ) -> tuple[ModelFolder, list[str]]:
     """Write the model folder of the Marian checkpoint ``source`` (a folder, or a Hub id at ``revision``) into
     ``out``; returns the folder and lines that report what was read and checked. ``out`` is written whole or not at
-    all; its ``imported`` section records the Hub commit read, so that the same weights can be fetched again."""
+    all; one holding anything but an earlier import's folder is refused, before the checkpoint is read, unless
+    ``overwrite``. Its ``imported`` section records the Hub commit read, so that the same weights can be fetched
+    again."""
+    claim(Path(out), IMPORT, overwrite)
     path, commit = checkpoint_dir(source, revision)
     checkpoint = Checkpoint.read(path)
     checkpoint.refuse_what_we_cannot_hold()
@@ -433,12 +441,8 @@ def import_marian(
     model.eval()
     diff = check_against_checkpoint(model, checkpoint.path, tokenizer, their_start=checkpoint.their_start)
 
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty; choose a new --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
-        folder = ModelFolder.create(Path(tmp) / out.name, config, tokenizer)
+    with written_whole(Path(out), IMPORT, overwrite, [checkpoint.path]) as staging:
+        folder = ModelFolder.create(staging, config, tokenizer)
         save_weights(model, folder)
         folder.write_section(SEARCH_SECTION, checkpoint.search_defaults())
         hub, licence = not Path(source).expanduser().is_dir(), card_license(checkpoint.path)
@@ -451,9 +455,6 @@ def import_marian(
             "max_log_prob_diff": diff,
         }
         folder.write_section(IMPORTED_SECTION, imported)
-        if out.exists():
-            out.rmdir()
-        shutil.move(str(folder.path), out)
     folder = ModelFolder.open(out)
     parameters = sum(p.numel() for p in model.parameters())
     targets = checkpoint.language_tokens()

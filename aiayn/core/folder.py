@@ -20,6 +20,7 @@ from typing import Any
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import variant_file
 from aiayn.core.normalizer import is_tidy, tidied
+from aiayn.core.outputs import write_file
 from aiayn.core.public import public_path
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, SubwordTokenizer
 
@@ -35,6 +36,18 @@ CTRANSLATE2_DIR = "ctranslate2"
 VALIDATION_SAMPLE_FILE = "validation.tsv"
 VALIDATION_SAMPLE_PAIRS = 1000
 DEFAULT_MODEL = "en-de"  # what the CLI and the page use when no model is named
+# What a training run writes into its folder (``core/outputs.py``'s manifest; a name ending in / is a folder).
+RUN_FILES = (
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    TARGET_TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    TRAINING_RECORD_FILE,
+    TRAINING_PLOT_FILE,
+    VALIDATION_SAMPLE_FILE,
+    f"{CHECKPOINT_DIR}/",
+    f"{PREPARED_DIR}/",
+)
 
 # config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
 # from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
@@ -242,11 +255,9 @@ class ModelFolder:
         return value if isinstance(value, dict) else {}
 
     def write_section(self, name: str, value: dict[str, Any]) -> None:
-        """Set one section of ``config.json``, keeping the others; written atomically."""
+        """Set one section of ``config.json``, keeping the others; written atomically, fsynced."""
         self.sections[name] = value
-        tmp = self.config_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.sections, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(self.config_file)
+        write_file(self.config_file, (json.dumps(self.sections, indent=2, ensure_ascii=False) + "\n").encode())
 
     def training_record(self) -> dict[str, Any]:
         """``training.json``: commands, settings, per-epoch history; empty when the folder has none."""

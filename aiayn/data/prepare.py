@@ -6,7 +6,8 @@ pair of a corpus larger than ``tokenizer_sample``); the pairs are encoded in bat
 encoding runs on every core) and appended to ``train.src``/``train.tgt`` (``token_arrays``). A pair with a
 side over ``max_length`` tokens, or an empty side, is skipped and counted, never fatal (fairseq's
 --skip-invalid-size-inputs-valid-test). The validation split gets the same treatment plus its reference
-text for BLEU. The folder is written under a temporary name and renamed, so it is whole or absent.
+text for BLEU. The folder is written beside its place and renamed into it (``core/outputs.py``), so it is whole
+or as it was; an --out that holds anything but an earlier `aiayn prepare`'s folder is refused.
 
     prepared/
       prepared.json         where the data came from, the settings, the counts
@@ -20,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.config import SpecialTokens
+from aiayn.core.outputs import Command, claim, written_whole
 from aiayn.core.tokenizer import TOKENIZER_FILE, SubwordTokenizer, train_tokenizer
 from aiayn.data.sources import PairSource
 from aiayn.data.token_arrays import TokenArrayWriter, TokenPairs, id_dtype
@@ -36,6 +37,7 @@ from aiayn.data.token_arrays import TokenArrayWriter, TokenPairs, id_dtype
 PREPARED_FILE = "prepared.json"
 REFERENCES_FILE = "valid.ref.txt"
 FORMAT = 1  # of the folder; a folder of another format is prepared again
+PREPARE = Command("aiayn prepare", "choose another --out, or pass --overwrite to replace the folder whole")
 
 
 @dataclass(frozen=True)
@@ -182,18 +184,29 @@ def prepare(
     settings: PrepareSettings,
     tokenizer: SubwordTokenizer | None = None,
     reuse: bool = False,
+    overwrite: bool = False,
 ) -> PreparedData:
     """Write the prepared folder ``out``; a given ``tokenizer`` (a continued model's) is used, not trained.
 
-    With ``reuse``, a folder already prepared from the same sources (their hashes) and settings is kept.
+    With ``reuse``, a folder already prepared from the same sources (their hashes) and settings is kept. An ``out``
+    holding anything but an earlier `aiayn prepare`'s folder is refused before the files are read, unless
+    ``overwrite`` (never a folder holding the corpus files).
     """
     out = Path(out)
+    if not overwrite:
+        claim(out, PREPARE)  # before the corpus is read; with --overwrite, once its files are known
     sources = describe_sources(train, valid)
     if reuse and (out / PREPARED_FILE).is_file():
         existing = PreparedData.open(out)
         if existing.matches(sources, settings, tokenizer):
             return existing
-    return write_prepared(out, train, valid, sources, settings, tokenizer)
+    return write_prepared(out, train, valid, sources, settings, tokenizer, overwrite)
+
+
+def corpus_files(sources: dict[str, Any]) -> list[Path]:
+    """The files ``describe_sources`` names, which no --overwrite may delete."""
+    splits = (sources[split] for split in ("train", "valid"))
+    return [Path(f["path"] if isinstance(f, dict) else f) for split in splits for f in split.get("files", [])]
 
 
 def write_prepared(
@@ -203,18 +216,11 @@ def write_prepared(
     sources: dict[str, Any],
     settings: PrepareSettings,
     tokenizer: SubwordTokenizer | None,
+    overwrite: bool,
 ) -> PreparedData:
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        record = write_folder(tmp, train, valid, settings, tokenizer, sources)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    (tmp / PREPARED_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with written_whole(out, PREPARE, overwrite, corpus_files(sources)) as staging:
+        record = write_folder(staging, train, valid, settings, tokenizer, sources)
+        (staging / PREPARED_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return PreparedData.open(out)
 
 

@@ -36,6 +36,8 @@ def torch_engine(folder: ModelFolder, model: Transformer) -> Engine[object]:
 def portable(folder: ModelFolder, variant: str = "fp32", device: str = "cpu") -> Translator:
     """The exported graphs of ``variant``, as the portable engine runs them."""
     return translator_for(folder, load_engine(folder, EngineOptions(ONNX_PORTABLE, device, variant)))
+
+
 FP16_SANITY = 1.0  # fp16 log-probs further than this from fp32 mean a broken graph, not rounding
 FALLBACK_SENTENCES = [  # used when no sentences of the folder's pair are at hand
     "A dog runs across the green grass.",
@@ -179,9 +181,11 @@ def report_fp16(folder: ModelFolder, sentences: list[str], check_sentences: int)
     ]
 
 
-def export_to_ctranslate2(model: Transformer, folder: ModelFolder, sentences: list[str]) -> list[str]:
+def export_to_ctranslate2(
+    model: Transformer, folder: ModelFolder, sentences: list[str], overwrite: bool = False
+) -> list[str]:
     """Write folder/ctranslate2 and show that its greedy output equals ours, token for token."""
-    target = export_ctranslate2(model, folder.tokenizer, folder.path)
+    target = export_ctranslate2(model, folder.tokenizer, folder.path, overwrite)
     translator = translator_for(folder, torch_engine(folder, model))
     ours = translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam_size=1))
     theirs = ctranslate2_greedy(folder.path, folder.tokenizer, sentences)
@@ -199,16 +203,18 @@ def export_folder(
     to: str = "onnx",
     variants: Sequence[str] = (),
     check_sentences: int = 1000,
+    overwrite: bool = False,
 ) -> list[str]:
-    """Everything `aiayn export` does: ONNX graphs (and ``variants``) or a CTranslate2 model, proven on
-    ``sentences``; ``corpus``, where the sentences have references, also scores int8 in BLEU."""
+    """Everything `aiayn export` does: ONNX graphs (and ``variants``) or a CTranslate2 model (``overwrite``: in place
+    of a ctranslate2/ folder it did not write), proven on ``sentences``; ``corpus``, where the sentences have
+    references, also scores int8 in BLEU."""
     if check_sentences < 0:
         raise ValueError(f"--check-sentences must be 0 or more, got {check_sentences}")
     if to == "ctranslate2" and variants:
         raise ValueError("--variant int8 and fp16 are ONNX graphs; leave --variant out with --to ctranslate2")
     sentences = sentences[: max(check_sentences, PARITY_SENTENCES)]
     if to == "ctranslate2":
-        return export_to_ctranslate2(model, folder, sentences[: max(check_sentences, 1)])
+        return export_to_ctranslate2(model, folder, sentences[: max(check_sentences, 1)], overwrite)
     lines = export_and_prove_onnx(model, folder, sentences, variants, check_sentences)
     if folder.tidy_tokenizer():
         lines.append(f"{folder.tokenizer_file}: its normalizer now does all the text tidying (docs/onnx.md)")

@@ -29,6 +29,7 @@ from torch import nn
 
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import CTRANSLATE2_DIR, ModelFolder
+from aiayn.core.outputs import Command, claim, written_whole
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import FeedForward, sinusoidal_positions
@@ -37,6 +38,7 @@ from aiayn.model.weights import STORAGE_DTYPE
 from aiayn.search.greedy import EXTRA_LEN
 
 # config.ACTIVATIONS by their names in ctranslate2.specs.common_spec.Activation (GELU is the erf one, as F.gelu).
+CTRANSLATE2 = Command("aiayn export --to ctranslate2", "move it away, or pass --overwrite to replace the folder whole")
 ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 
 
@@ -121,14 +123,16 @@ def transformer_spec(model: Transformer, tokenizer: SubwordTokenizer) -> object:
     return spec
 
 
-def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer, folder: Path) -> Path:
-    """Write the CTranslate2 model into ``folder/ctranslate2``."""
+def export_ctranslate2(model: Transformer, tokenizer: SubwordTokenizer, folder: Path, overwrite: bool = False) -> Path:
+    """Write the CTranslate2 model into ``folder/ctranslate2``, replaced whole (``core/outputs.py``): one holding
+    anything but an earlier export's is refused, unless ``overwrite``."""
     target = Path(folder) / CTRANSLATE2_DIR
+    claim(target, CTRANSLATE2, overwrite)
     spec = transformer_spec(model.eval(), tokenizer)
     spec.validate()
     spec.optimize(quantization=None)
-    target.mkdir(parents=True, exist_ok=True)
-    spec.save(str(target))
+    with written_whole(target, CTRANSLATE2, overwrite) as staging:
+        spec.save(str(staging))
     return target
 
 

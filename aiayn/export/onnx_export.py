@@ -38,6 +38,7 @@ from aiayn.core.contract import (
     variant_file,
 )
 from aiayn.core.folder import ONNX_SECTION, ModelFolder
+from aiayn.core.outputs import sync_tree
 from aiayn.engines.onnx.quantize import quantize_int8
 from aiayn.model.cache import KVCache
 from aiayn.model.transformer import Transformer
@@ -287,6 +288,7 @@ def export_onnx(
                 (drafts / variant_file(spec.file, "int8")).write_bytes(int8)
             for variant in wanted:
                 finish_graph(drafts / variant_file(spec.file, variant), spec, {**metadata, VARIANT_KEY: variant})
+        sync_tree(drafts)  # on disk before they are renamed over the old graphs
         for variant in wanted:
             for spec in (encoder_spec(config), decoder_spec(config)):
                 (drafts / variant_file(spec.file, variant)).replace(folder.onnx_file(spec.file, variant))

@@ -32,6 +32,7 @@ from aiayn.core.folder import (
     WEIGHTS_FILE,
     ModelFolder,
 )
+from aiayn.core.outputs import Command, claim, written_whole
 from aiayn.core.public import public_record, public_sections, yaml_quoted
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.engines import BLOCK_VARIANTS, ONNX_PORTABLE, SERVING_VARIANTS
@@ -41,6 +42,7 @@ from aiayn.engines.options import EngineOptions
 PACKAGE = "aiayn"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the package
 MODEL_DIR = "model"  # the model folder inside the Space
+SPACE = Command("aiayn export --to space", "choose another --out, or pass --overwrite to replace the folder whole")
 # The variants a Space serves on each device: what the serving engine builds from the weights there.
 SPACE_VARIANTS = {"cpu": ("fp32", *BLOCK_VARIANTS), "cuda": SERVING_VARIANTS["cuda"]}
 # What the serving engines read (they build their graphs from the weights, and so does the page's attention view,
@@ -266,14 +268,18 @@ def gitattributes(out_dir: Path) -> str:
     return "".join(f"{pattern} {LFS}\n" for pattern in sorted(patterns))
 
 
-def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", variant: str = "fp32") -> list[str]:
+def export_space(
+    folder: ModelFolder, out_dir: Path, device: str = "cpu", variant: str = "fp32", overwrite: bool = False
+) -> list[str]:
     """Write the Space's folder serving ``variant`` on ``device``; the report lines say what it holds, how to try it
-    and how to publish it."""
+    and how to publish it. ``out_dir`` is replaced whole (``core/outputs.py``): one that holds anything but an
+    earlier Space of `aiayn export --to space` is refused, unless ``overwrite``."""
     if device not in SPACE_VARIANTS:
         raise ValueError(f"--device must be one of {', '.join(SPACE_VARIANTS)} for a Space, got {device!r}")
     if variant not in SPACE_VARIANTS[device]:
         choices = ", ".join(SPACE_VARIANTS[device])
         raise ValueError(f"a Space on the {device.upper()} serves --variant {choices}, not {variant!r}")
+    claim(out_dir, SPACE, overwrite, [folder.path])
     folder.require([folder.weights_file, folder.tokenizer_file], "a Space serves a trained or imported folder")
     folder.check_weights()
     # The records go as an export publishes them (core/public.py): nothing of this machine.
@@ -281,8 +287,25 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", varian
     if device == "cuda":  # what serves where the serving engine fails its check at load: checked here, as it will be
         load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", GPU_GRAPHS_VARIANT, lanes=1))
         files += [folder.onnx_file(graph, GPU_GRAPHS_VARIANT) for graph in GPU_GRAPHS]
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"--out {out_dir} exists and is not an empty folder; choose a new one")
+    with written_whole(out_dir, SPACE, overwrite, [folder.path]) as staging:
+        modules = write_space_files(folder, staging, files, device, variant)
+    size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
+    config = folder.config
+    label = f"{config.src_lang} → {config.tgt_lang}"
+    space = f"USER/aiayn-{config.src_lang}-{config.tgt_lang}"
+    flavor = f" --flavor {GPU_FLAVOR}" if device == "cuda" else ""
+    return [
+        f"wrote {out_dir}: {size / 1e6:.1f} MB, a Gradio Space serving {label} ({variant}) on the {device.upper()} "
+        f"({len(modules)} modules of {PACKAGE}; {folder.provenance()})",
+        f"try it: pip install -r {out_dir}/requirements.txt gradio=={importlib.metadata.version(GRADIO)} "
+        f"&& python {out_dir}/app.py, then open http://127.0.0.1:7860/",
+        f"publish it: hf repos create {space} --repo-type space --space-sdk gradio{flavor}",
+        f"            hf upload {space} {out_dir} . --repo-type space",
+    ]
+
+
+def write_space_files(folder: ModelFolder, out_dir: Path, files: list[Path], device: str, variant: str) -> list[str]:
+    """Every file of the Space into ``out_dir``, a new folder; returns the modules of the package it holds."""
     model_dir = out_dir / MODEL_DIR
     model_dir.mkdir(parents=True)
     for path in files:
@@ -303,14 +326,4 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", varian
     (out_dir / "requirements.txt").write_text("\n".join(requirements(third_party, device)) + "\n", encoding="utf-8")
     (out_dir / "README.md").write_text(space_readme(folder, device, variant), encoding="utf-8")
     (out_dir / ".gitattributes").write_text(gitattributes(out_dir), encoding="utf-8")
-    size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
-    space = f"USER/aiayn-{config.src_lang}-{config.tgt_lang}"
-    flavor = f" --flavor {GPU_FLAVOR}" if device == "cuda" else ""
-    return [
-        f"wrote {out_dir}: {size / 1e6:.1f} MB, a Gradio Space serving {label} ({variant}) on the {device.upper()} "
-        f"({len(modules)} modules of {PACKAGE}; {folder.provenance()})",
-        f"try it: pip install -r {out_dir}/requirements.txt gradio=={importlib.metadata.version(GRADIO)} "
-        f"&& python {out_dir}/app.py, then open http://127.0.0.1:7860/",
-        f"publish it: hf repos create {space} --repo-type space --space-sdk gradio{flavor}",
-        f"            hf upload {space} {out_dir} . --repo-type space",
-    ]
+    return modules

@@ -29,7 +29,6 @@ import importlib.util
 import json
 import math
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from aiayn.convert.marian_layout import (
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import IMPORTED_SECTION, ModelFolder
 from aiayn.core.normalizer import is_tidy, tidied
+from aiayn.core.outputs import Command, claim, written_whole
 from aiayn.core.public import yaml_quoted
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.core.weight_spec import EMBEDDING
@@ -66,6 +66,9 @@ HUB_NAME = "USER/aiayn-{src}-{tgt}"
 # --transformers-js: the subfolder of the graphs transformers.js loads (``transformers_js``), and config.json's key
 # for its defaults: the graphs are fp32, where its default on WASM is a q8 file.
 ONNX_FOLDER = "onnx"
+TRANSFORMERS = Command(
+    "aiayn export --to transformers", "choose another --out, or pass --overwrite to replace the folder whole"
+)
 TRANSFORMERS_JS_CONFIG = {"transformers.js_config": {"dtype": "fp32"}}
 
 
@@ -383,31 +386,28 @@ def measured_difference(folder: ModelFolder, out: Path, start: int) -> float | N
     return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE, start)
 
 
-def export_transformers(folder: ModelFolder, out: Path, transformers_js: bool = False) -> list[str]:
-    """Write the transformers folder of ``folder`` into ``out`` (new or empty; written whole or not at all), with
+def export_transformers(
+    folder: ModelFolder, out: Path, transformers_js: bool = False, overwrite: bool = False
+) -> list[str]:
+    """Write the transformers folder of ``folder`` into ``out`` (new, empty or an earlier export's, unless
+    ``overwrite``; replaced whole or not at all, ``core/outputs.py``), with
     the ONNX graphs transformers.js loads where ``transformers_js`` (PyTorch exports them); the report lines say
     what it holds, how it was checked, how to load and publish it."""
-    refuse_to_export(folder, out, transformers_js)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
-        staging = Path(tmp) / out.name
-        staging.mkdir()
+    refuse_to_export(folder, out, transformers_js, overwrite)
+    with written_whole(out, TRANSFORMERS, overwrite, [folder.path]) as staging:
         difference, folded = write_marian_folder(folder, staging, transformers_js)
-        if out.exists():
-            out.rmdir()
-        shutil.move(str(staging), out)
     return report_lines(folder, out, difference, folded, transformers_js)
 
 
-def refuse_to_export(folder: ModelFolder, out: Path, transformers_js: bool) -> None:
+def refuse_to_export(folder: ModelFolder, out: Path, transformers_js: bool, overwrite: bool) -> None:
     """Every reason not to start, before anything is written: what Marian cannot hold, no PyTorch for the graphs,
-    a folder without weights or tokenizer, an ``out`` that holds something."""
+    a folder without weights or tokenizer, an ``out`` that holds what an earlier export did not write (unless
+    ``overwrite``)."""
     refuse_what_marian_cannot_hold(folder.config)
     if transformers_js and importlib.util.find_spec("torch") is None:
         raise ValueError("--transformers-js exports the model's ONNX graphs with PyTorch, which is not installed")
     folder.require([folder.weights_file, folder.tokenizer_file], "export a trained or imported folder")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"--out {out} exists and is not an empty folder; choose a new one")
+    claim(out, TRANSFORMERS, overwrite, [folder.path])
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

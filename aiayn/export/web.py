@@ -30,6 +30,7 @@ from aiayn.core.contract import (
 )
 from aiayn.core.folder import CONFIG_FILE, IMPORTED_SECTION, ModelFolder
 from aiayn.core.normalizer import char_class, code_points, is_tidy, tidied, whitespace_run
+from aiayn.core.outputs import Command, claim, written_whole
 from aiayn.core.public import public_sections, yaml_quoted
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
 from aiayn.engines import ONNX_PORTABLE
@@ -43,6 +44,7 @@ from aiayn.text.clauses import MAX_DEPTH, MIN_PIECE_TOKENS, SENTENCE_END, Clause
 from aiayn.text.sentences import LINE_BREAK, MAX_SENTENCE_TOKENS, OPENING, OTHER_BREAKS, opens_sentence
 
 PAGE_DIR = Path(__file__).with_name("page")
+WEB = Command("aiayn export --to web", "choose another --out, or pass --overwrite to replace the folder whole")
 WEB_SECTION = "web"
 # WASM threads share memory (SharedArrayBuffer), which a browser gives only a cross-origin isolated page: one served
 # with these headers. A static Space sends them where its front matter's ``custom_headers`` asks; so does the preview.
@@ -152,15 +154,30 @@ def space_readme(folder: ModelFolder) -> str:
     )
 
 
-def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_dir: Path = CACHE_DIR) -> list[str]:
+def export_web(
+    folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_dir: Path = CACHE_DIR, overwrite: bool = False
+) -> list[str]:
     """Write the static folder with the graphs of ``variant`` (``aiayn.engines.WEB_VARIANTS``); the report lines name
     its size. The fp32 graphs they are made from are checked against the folder first (its weights and config, the
-    contract), as every engine checks them."""
+    contract), as every engine checks them. ``out_dir`` is replaced whole (``core/outputs.py``): one that holds
+    anything but an earlier browser folder is refused, unless ``overwrite``."""
     check_variant(variant)
+    claim(out_dir, WEB, overwrite, [folder.path])  # before the check, which takes a while
     load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", lanes=1))
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FileExistsError(f"--out {out_dir} is a file; give a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with written_whole(out_dir, WEB, overwrite, [folder.path]) as staging:
+        graphs = write_web_files(folder, staging, variant, cache_dir)
+    size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
+    graphs_size = sum((out_dir / f.name).stat().st_size for f in graphs)
+    versions = ", ".join(f"{p.name} {p.version}" for p in PACKAGES)
+    return [
+        f"wrote {out_dir}: {size / 1e6:.1f} MB, of which {graphs_size / 1e6:.1f} MB {variant} graphs ({versions})",
+        f"try it: python {out_dir / PREVIEW_FILE}, then open http://127.0.0.1:{PREVIEW_PORT}/ (cross-origin "
+        "isolated, as its Space: WASM on all cores)",
+    ]
+
+
+def write_web_files(folder: ModelFolder, out_dir: Path, variant: str, cache_dir: Path) -> list[Path]:
+    """Every file of the browser folder into ``out_dir``, a new folder; returns its graphs' files."""
     graphs = write_browser_graphs(folder, variant, out_dir)
     tokenizer = folder.tokenizer.tokenizer
     if not is_tidy(tokenizer):  # a folder written before the text contract moved into the file
@@ -180,11 +197,4 @@ def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_
     (out_dir / PREVIEW_FILE).write_text(preview, encoding="utf-8")
     for package in PACKAGES:
         copy_files(package, out_dir, cache_dir)
-    size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
-    graphs_size = sum(f.stat().st_size for f in graphs)
-    versions = ", ".join(f"{p.name} {p.version}" for p in PACKAGES)
-    return [
-        f"wrote {out_dir}: {size / 1e6:.1f} MB, of which {graphs_size / 1e6:.1f} MB {variant} graphs ({versions})",
-        f"try it: python {out_dir / PREVIEW_FILE}, then open http://127.0.0.1:{PREVIEW_PORT}/ (cross-origin "
-        "isolated, as its Space: WASM on all cores)",
-    ]
+    return graphs

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save
 
 from aiayn.core.dependencies import SECURITY_FLOORS, release_number
 from aiayn.core.folder import ModelFolder
+from aiayn.core.outputs import write_file
 from aiayn.core.weight_spec import check_weights
 from aiayn.model.transformer import Transformer
 
@@ -60,13 +61,12 @@ def read_tensor_pickle(path: Path) -> Any:
 
 
 def save_weights(model: Transformer, folder: ModelFolder) -> None:
-    """Write ``model.safetensors`` atomically (temp file + rename)."""
+    """Write ``model.safetensors`` atomically (temp file, fsync, rename)."""
     state = {name: tensor.detach().to("cpu", STORAGE_DTYPE).contiguous() for name, tensor in model.state_dict().items()}
-    tmp = folder.weights_file.with_name(folder.weights_file.name + ".tmp")
     # Written by Python's open, so the file's mode follows the umask like the folder's other files
     # (safetensors' own save_file creates it 0600).
-    tmp.write_bytes(save(state, metadata={"format": "pt", "config_fingerprint": model.config.fingerprint()}))
-    tmp.replace(folder.weights_file)
+    metadata = {"format": "pt", "config_fingerprint": model.config.fingerprint()}
+    write_file(folder.weights_file, save(state, metadata=metadata))
     folder.__dict__.pop("weights_sha256", None)  # the cached hash is of the old file
 
 

@@ -71,7 +71,8 @@ def run_data(
         max_length=options.max_length or preset.max_len,
         tokenizer_sample=options.tokenizer_sample,
     )
-    data = prepare(into, train, valid, settings, tokenizer, reuse=True) if is_main else None
+    # The run's own data folder (its folder was claimed, or is the run resumed): replaced when it no longer fits.
+    data = prepare(into, train, valid, settings, tokenizer, reuse=True, overwrite=True) if is_main else None
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # rank 0 has written the folder
     return data if data is not None else PreparedData.open(into)

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
+from aiayn.core.outputs import write_file
 
 
 def write_record(folder: ModelFolder, record: dict[str, Any]) -> None:
-    """Write the record atomically and redraw the plot from its per-epoch history."""
-    tmp = folder.record_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(folder.record_file)
+    """Write the record atomically (fsynced) and redraw the plot from its per-epoch history."""
+    write_file(folder.record_file, (json.dumps(record, indent=2) + "\n").encode())
     if record.get("epochs"):
         plot_history(record["epochs"], folder.plot_file)
 
@@ -35,7 +34,7 @@ def plot_history(epochs: list[dict[str, float]], path: Path) -> None:
     bleu_ax.set_xlabel("epoch")
     bleu_ax.set_ylabel("validation BLEU (greedy)")
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=80)
+    tmp = path.with_name(path.name + ".tmp")  # the name core/outputs.py knows as a file's temporary twin
+    fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
     tmp.replace(path)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.config import PRESETS, ModelConfig
-from aiayn.core.folder import CHECKPOINT_DIR, SEARCH_SECTION, ModelFolder
+from aiayn.core.folder import CHECKPOINT_DIR, RUN_FILES, SEARCH_SECTION, ModelFolder
+from aiayn.core.outputs import Command, claim, mark
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
 from aiayn.train.corpus import prepared_languages, run_data
@@ -24,6 +25,11 @@ LAST_CHECKPOINT = "last.pt"
 RESUME_FIX = (
     "--resume cannot go on without it: delete {path} and run the command again without --resume to start over, "
     "or train on from the folder's best weights into a new folder with --init-from {out} --out NEW_DIR"
+)
+TRAIN = Command(
+    "aiayn train",
+    "choose another --out (a folder where `aiayn train` left a run goes on with --resume, or from its weights with "
+    "--init-from)",
 )
 # Config fields that --init-from may change: they alter training, not the weights' shapes or meaning.
 REGULARIZATION_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout"})
@@ -98,8 +104,12 @@ def open_data_and_folder(
     parent: ModelFolder | None,
     is_main: bool,
 ) -> tuple[PreparedData, ModelFolder]:
-    """The prepared data, and --out as a model folder: the run's own (resume), or written anew."""
+    """The prepared data, and --out as a model folder: the run's own (resume), or written anew into a folder that
+    is new, empty or an earlier run's (a run killed before its first checkpoint), and marked as the run's first."""
     into = ModelFolder(Path(options.out)).prepared_dir
+    if start is not Start.RESUME and is_main:
+        claim(Path(options.out), TRAIN)
+        mark(Path(options.out), TRAIN, RUN_FILES)
     preset = preset_config(options.preset, options.overrides)
     if start is Start.RESUME:
         folder = ModelFolder.open(options.out)

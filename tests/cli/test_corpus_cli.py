@@ -6,11 +6,13 @@ import gzip
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -158,3 +160,87 @@ def test_a_run_killed_between_checkpoints_resumes_from_its_folder_losing_only_th
     assert a["step"] == b["step"] == steps
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
+
+
+def corpus_flags(folder: Path, pairs: int = 40) -> list[str]:
+    train, valid = write_pairs(folder, "train", pairs), write_pairs(folder, "val", 6)
+    return ["--train-files", *map(str, train), "--valid-files", *map(str, valid)]
+
+
+def refused_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_prepare_refuses_a_folder_it_did_not_write_and_leaves_it_byte_for_byte(
+    tmp_path: Path, tiny_folder: Path, capsys: pytest.CaptureFixture[str], folder_bytes: Any
+) -> None:
+    corpus = corpus_flags(tmp_path)
+    home = tmp_path / "home"
+    shutil.copytree(tiny_folder, home / "model")  # a model folder, and a note of the user's beside it
+    (home / "notes.txt").write_text("mine", encoding="utf-8")
+    before = folder_bytes(home)
+    assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(home)]) == 2
+    err = refused_line(capsys)
+    assert f"{home} holds notes.txt, which aiayn prepare did not write" in err and "--overwrite" in err
+    assert folder_bytes(home) == before
+    # --overwrite never deletes the corpus it reads (nor the current or home folder)
+    assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(tmp_path), "--overwrite"]) == 2
+    assert "--overwrite would delete" in refused_line(capsys) and (tmp_path / "train.en").is_file()
+    assert main(["prepare", *corpus, "--out", str(home / "notes.txt" / "prepared")]) == 2  # under a file
+    assert "File exists" in refused_line(capsys) and folder_bytes(home) == before
+
+
+def test_prepare_replaces_its_own_output_whole_and_a_failed_run_leaves_it_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], folder_bytes: Any
+) -> None:
+    corpus, out = corpus_flags(tmp_path), tmp_path / "prepared"
+    assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(out)]) == 0
+    assert main(["prepare", *corpus, "--vocab-size", "70", "--out", str(out)]) == 0  # its own: replaced
+    assert json.loads((out / "prepared.json").read_text())["settings"]["vocab_size"] == 70
+    capsys.readouterr()
+    before = folder_bytes(out)
+    # no pair fits 2 tokens: the run fails after the tokenizer was trained, and the old folder stays whole
+    assert main(["prepare", *corpus, "--vocab-size", "64", "--max-length", "2", "--out", str(out)]) == 2
+    assert "none of the 40 train pairs fits" in refused_line(capsys)
+    assert folder_bytes(out) == before and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(out)]) == 2
+    assert "holds notes.txt, which aiayn prepare did not write" in refused_line(capsys)
+    assert folder_bytes(out) == {**before, "notes.txt": folder_bytes(out)["notes.txt"]}
+    assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "notes.txt").exists()
+
+
+def test_train_refuses_a_model_folder_it_did_not_start_and_leaves_it_byte_for_byte(
+    tmp_path: Path, tiny_folder: Path, capsys: pytest.CaptureFixture[str], folder_bytes: Any
+) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_folder, model)  # a bundled or imported folder: config.json, tokenizer.json, weights
+    before = folder_bytes(model)
+    assert main(["train", *corpus_flags(tmp_path), *tiny_training(model)]) == 2
+    err = refused_line(capsys)
+    assert f"{model} holds config.json, which aiayn train did not write; choose another --out" in err
+    assert folder_bytes(model) == before
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_in_its_own_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiayn.train.loop import Trainer
+
+    corpus, model = corpus_flags(tmp_path), tmp_path / "model"
+
+    def killed(self: Trainer) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "run", killed)
+        assert main(["train", *corpus, *tiny_training(model)]) == 2
+    assert "training interrupted" in capsys.readouterr().err
+    assert (model / "config.json").is_file() and not (model / "checkpoints" / "last.pt").exists()
+    assert main(["train", *corpus, *tiny_training(model)]) == 0  # the same command, in its own folder
+    capsys.readouterr()
+    assert main(["train", *corpus, *tiny_training(model)]) == 2  # a run is there now: --resume goes on with it
+    assert "already holds a training run; pass --resume" in refused_line(capsys)

@@ -181,6 +181,7 @@ def test_refusals_name_what_and_why(
     marian_checkpoint: MakeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = marian_checkpoint("swish", True)
+    capsys.readouterr()  # transformers' progress bar, where the checkpoint is made now
 
     def refused(change_config: dict[str, object], vocab_extra: dict[str, int] | None = None) -> str:
         broken = tmp_path / f"broken-{len(list(tmp_path.iterdir()))}"
@@ -200,6 +201,32 @@ def test_refusals_name_what_and_why(
     assert "import it once per target with --tgt, one of fra" in refused({}, {">>fra<<": 10**6})
     assert "activation_function 'gelu_new'" in refused({"activation_function": "gelu_new"})
     assert "neither a folder nor a Hugging Face Hub id" in refused_source("no such/place/x", tmp_path, capsys)
+
+
+def test_import_refuses_a_folder_it_did_not_write_before_reading_and_replaces_its_own_whole(
+    marian_checkpoint: MakeCheckpoint,
+    tiny_folder: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    folder_bytes: Callable[[Path], dict[str, str]],
+) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_folder, model)  # a model folder `aiayn import` did not write
+    before = folder_bytes(model)
+    assert main(["import", "no such/place/x", "--out", str(model)]) == 2  # refused before the source is read
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"{model} holds config.json, which aiayn import did not write; choose another --out" in err
+    assert "--overwrite" in err and folder_bytes(model) == before
+    source = marian_checkpoint("swish", True)
+    folder = imported(source, tmp_path / "again")
+    first = folder_bytes(folder.path)
+    assert imported(source, tmp_path / "again").path == folder.path  # its own output: imported again, whole
+    assert set(folder_bytes(folder.path)) == set(first)
+    (folder.path / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["import", str(source), "--out", str(folder.path)]) == 2
+    assert "holds notes.txt, which aiayn import did not write" in capsys.readouterr().err
+    assert imported(source, tmp_path / "again", "--overwrite") and not (folder.path / "notes.txt").exists()
 
 
 def refused_source(source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:

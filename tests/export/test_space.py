@@ -131,7 +131,7 @@ def test_refusals_are_one_line(tiny_folder: Path, tmp_path: Path, capsys: pytest
     taken.mkdir()
     (taken / "file").write_text("x")
     assert main(["export", str(tiny_folder), "--to", "space", "--out", str(taken)]) == 2
-    assert "exists and is not an empty folder" in capsys.readouterr().err
+    assert "holds file, which aiayn export --to space did not write" in capsys.readouterr().err
     assert main(["export", str(tiny_folder), "--device", "cuda"]) == 2
     assert "--device goes with --to space" in capsys.readouterr().err
     ungraphed = tmp_path / "ungraphed"
