@@ -46,15 +46,27 @@ def gpu_mb(pid: int | None = None) -> float:
     return used
 
 
+# A file run as ``__main__`` with the working folder first on the path: its imports are that checkout's.
+RUN_FILE = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+
+
 class Worker:
-    """``python -m MODULE ARGS...``: says ``{"ready": true}`` once loaded (or false, and why), then answers requests."""
+    """``python -m MODULE ARGS...`` (or, with ``script``, that file run over ``cwd``'s ``aiayn``, for a checkout
+    that lacks the module): says ``{"ready": true}`` once loaded (or false, and why), then answers requests."""
 
     def __init__(
-        self, name: str, module: str, *args: str, env: dict[str, str] | None = None, cwd: str | None = None
+        self,
+        name: str,
+        module: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        script: Path | None = None,
     ) -> None:
         self.name = name
+        launch = ["-c", RUN_FILE, str(script)] if script is not None else ["-m", module]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [sys.executable, *launch, *args],
             cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -87,6 +87,15 @@ def bench_profile(folder: ModelFolder, args: argparse.Namespace) -> str:
     return profile_sizes(folder, split_of(folder, args).src, args.quick, args.variant)
 
 
+def bench_search(folder: ModelFolder, args: argparse.Namespace) -> str:
+    from aiayn.bench.search_cost import measure_search_costs, search_report
+
+    baseline = None if args.baseline is None else baseline_checkout(args.baseline)
+    rounds = 2 if args.quick else 5
+    rows = measure_search_costs(folder, split_of(folder, args).src, rounds, baseline, args.quick)
+    return search_report(rows, baseline is not None)
+
+
 def bench_sessions(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.sessions import measure_sessions, sessions_report
 
@@ -156,6 +165,7 @@ MODES: dict[str, Callable[[ModelFolder, argparse.Namespace], str]] = {
     "web": bench_web,
     "memory": bench_memory,
     "profile": bench_profile,
+    "search": bench_search,
     "sessions": bench_sessions,
     "long": bench_long,
     "train": bench_train,
@@ -190,7 +200,8 @@ def add_bench(sub: Any) -> None:
         default=None,
         metavar="DIR",
         help="also run our engine from another checkout of this repository (`git worktree add DIR COMMIT`) in the "
-        "same rounds: its rows marked (baseline), each held against CTranslate2 as ours are and ours against it",
+        "same rounds: its rows marked (baseline), each held against CTranslate2 as ours are and ours against it "
+        "(with --search: its search and engine's host work against ours)",
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
     add_data_flag(p)
@@ -242,6 +253,13 @@ def add_mode_flags(p: argparse.ArgumentParser) -> None:
         "translation's time, ms per caption and lines identical to `aiayn translate --variant`'s on 200 untidy test "
         "captions, greedy and beam 4, and the 1000 test captions alone against in batches of 32; then the "
         "downloads and ms per caption at the base size with opus-mt-en-de's vocabulary (--quick: fewer)",
+    )
+    p.add_argument(
+        "--search",
+        action="store_true",
+        help="the host work of a step apart from ONNX Runtime's run: the search alone on a stub step model (greedy "
+        "and beam 4, 1 to 512 rows), and the serving engine's binding, selection and copies on the model and at "
+        "the base size; with --baseline, the same of another checkout in the same rounds (--quick: 2 rounds, else 5)",
     )
     p.add_argument(
         "--profile",

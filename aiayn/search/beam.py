@@ -14,7 +14,7 @@ sentence running to its limit of source length + 50 for a rare gain.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,57 +45,66 @@ def length_penalty_of(length: int, alpha: float, normalization: str = "gnmt") ->
     )
 
 
-@dataclass(frozen=True)
-class Beams:
-    """The live beams of the sentences still searched: row r of each array is the r-th active sentence."""
+class History:
+    """Every step's beams as back-pointers: a hypothesis's tokens are read back from where it ends, once, at the end
+    of the search, instead of every beam's tokens being copied forward at every step."""
 
-    active: np.ndarray  # (n,) the sentences still searched
-    scores: np.ndarray  # (n, w) log-probabilities of the live beams, -inf for a dead one (w: 1 at first, then k)
-    tokens: np.ndarray  # (n, w, length - 1)
-    token_log_probs: np.ndarray  # (n, w, length - 1) each token's, as the step that chose it gave it
+    def __init__(self) -> None:
+        self.tokens: list[np.ndarray] = []  # per step, (n, k) the token each beam took
+        self.own: list[np.ndarray] = []  # per step, (n, k) its log-probability, as the step gave it
+        self.back: list[np.ndarray] = []  # per step, (n, k) the beam it continues, in the step before's flattened
 
-    @classmethod
-    def start(cls, batch: int) -> Beams:
-        """One beam per sentence, empty: the first step's best tokens become the k beams (the decoder runs that
-        step on one row per sentence, not on k copies of it)."""
-        return cls(np.arange(batch), np.zeros((batch, 1)), np.zeros((batch, 1, 0), np.int64), np.zeros((batch, 1, 0)))
+    def add(self, tokens: np.ndarray, own: np.ndarray, back: np.ndarray) -> None:
+        """A step's beams, (n, k) each: flattened (``ravel`` at the end), beam b of row r is r · k + b."""
+        self.tokens.append(tokens)
+        self.own.append(own)
+        self.back.append(back)
 
-    def rows(self, keep: np.ndarray) -> Beams:
-        """The sentences of ``keep`` (n,) only."""
-        return Beams(self.active[keep], self.scores[keep], self.tokens[keep], self.token_log_probs[keep])
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Each active sentence's best continuations of its beams, best first: (n, m) each, m ≤ 2k."""
-
-    log_prob: np.ndarray  # the beam's log-probability with the token's added
-    parent: np.ndarray  # the beam each continues
-    token: np.ndarray
-    token_log_prob: np.ndarray  # the token's own
-    ends: np.ndarray  # the </s> candidates that rank in the beam
-    takes: np.ndarray  # the live candidates that rank in the beam
-    slot: np.ndarray  # the beam a live candidate takes where it ``takes`` one
+    def trace(self, steps: np.ndarray, beams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens and their log-probabilities, (h, longest) each, of the beams ``beams`` (h,) of the steps
+        ``steps`` (h,): row i holds ``steps[i]`` of them (a step of 0: none, an output that </s> ended at once)."""
+        longest = int(steps.max(initial=0))
+        tokens, own = np.zeros((steps.size, longest), np.int64), np.zeros((steps.size, longest))
+        cursor = beams.copy()
+        for step in range(longest, 0, -1):
+            on = steps >= step  # (h,) the hypotheses as long as this
+            at = cursor[on]
+            tokens[on, step - 1] = self.tokens[step - 1].ravel()[at]
+            own[on, step - 1] = self.own[step - 1].ravel()[at]
+            cursor[on] = self.back[step - 1].ravel()[at]
+        return tokens, own
 
 
 class Finished:
-    """Each sentence's finished hypotheses, and how many of them </s> ended."""
+    """The finished hypotheses, as added step by step, ranked at the end."""
 
-    def __init__(self, batch: int) -> None:
-        self.hypotheses: list[list[Hypothesis]] = [[] for _ in range(batch)]
-        self.ended = np.zeros(batch, dtype=np.int64)  # (batch,)
+    def __init__(self) -> None:
+        # Each add's (sentence, step, beam in that step's history, log-probability, ended by </s>, score), (h,) each.
+        self.parts: list[tuple[np.ndarray, ...]] = []
 
     def add(
-        self, sentence: int, tokens: np.ndarray, token_log_probs: np.ndarray, log_prob: float, ended: bool, lp: float
+        self, sentences: np.ndarray, step: int, beams: np.ndarray, log_probs: np.ndarray, ended: bool, lp: float
     ) -> None:
-        """A hypothesis of ``tokens`` (length,), ranked by ``log_prob`` over the length penalty ``lp``."""
-        self.hypotheses[sentence].append(
-            Hypothesis(tokens.tolist(), log_prob, ended, token_log_probs.tolist(), log_prob / lp)
-        )
-        self.ended[sentence] += ended
+        """Hypotheses of ``sentences`` (h,) ending at ``beams`` of ``step`` in the history, ranked by ``log_probs``
+        over the length penalty ``lp``."""
+        h = sentences.size
+        self.parts.append((sentences, np.full(h, step), beams, log_probs, np.full(h, ended), log_probs / lp))
 
-    def best(self, k: int) -> list[list[Hypothesis]]:
-        return [sorted(hyps, key=lambda h: -h.score)[:k] for hyps in self.hypotheses]
+    def best(self, batch: int, k: int, history: History) -> list[list[Hypothesis]]:
+        """Each sentence's ``k`` best, by score; equal scores in the order they were added."""
+        best: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        if not self.parts:
+            return best
+        sentence, step, beam, log_prob, ended, score = (np.concatenate(part) for part in zip(*self.parts, strict=True))
+        order = np.lexsort((np.arange(sentence.size), -score, sentence))  # by sentence, best first, then as added
+        ranked = sentence[order]
+        rank = np.arange(order.size) - np.searchsorted(ranked, ranked)  # (h,) place within its sentence
+        chosen = order[rank < k]
+        tokens, own = (array.tolist() for array in history.trace(step[chosen], beam[chosen]))
+        fields = (sentence, step, log_prob, ended, score)
+        for i, (s, n, lp, e, sc) in enumerate(zip(*(f[chosen].tolist() for f in fields), strict=True)):
+            best[s].append(Hypothesis(tokens[i][:n], lp, e, own[i][:n], sc))
+        return best
 
 
 def beam_search_nbest(
@@ -113,97 +122,118 @@ def beam_search_nbest(
     real source length + 50. </s> cannot end a hypothesis of fewer than ``min_len`` tokens.
     Done sentences are dropped from the decoder state.
     """
-    batch, k = src_ids.shape[0], beam_size
+    finished, history = searched(model, src_ids, beam_size, length_penalty, max_len, length_normalization, min_len)
+    return finished.best(src_ids.shape[0], beam_size, history)
+
+
+def searched(
+    model: StepModel[Any],
+    src_ids: np.ndarray,
+    k: int,
+    length_penalty: float,
+    max_len: int | np.ndarray | None,
+    length_normalization: str,
+    min_len: int,
+) -> tuple[Finished, History]:
+    """The search of ``beam_search_nbest``: every finished hypothesis, and the history their tokens are read from."""
+    batch = src_ids.shape[0]
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
-    finished = Finished(batch)
-    # State rows are sentence-major: row r * w + b is beam b of the r-th active sentence (w beams each: 1 on the
-    # first step, k after).
+    history, finished = History(), Finished()
+    # The live beams of the sentences still searched, row r for the r-th of ``active``. State rows are
+    # sentence-major: row r * w + b is beam b of the r-th active sentence (w beams each: 1 on the first step, as all
+    # would start from <s>; k after).
     state = model.start(src_ids)
-    beams = Beams.start(batch)
+    active = np.arange(batch)  # (n,) the sentences still searched
+    scores = np.zeros((batch, 1))  # (n, w) log-probabilities of the live beams, -inf for a dead one
+    came_from = np.zeros((batch, 1), np.int64)  # (n, 1) each sentence's first beam in the last step's history
+    ended = np.zeros(batch, np.int64)  # (n,) hypotheses that </s> ended
+    row_limits, next_limit = limits, int(limits.min())  # (n,) and the first step at which one is reached
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (n * w, 1)
+    every_row = np.arange(batch)  # (n,) 0..n-1, while no sentence stops
     for length in range(1, int(limits.max()) + 1):
-        width = beams.scores.shape[1]
+        n, width = scores.shape
         # A beam's share of the sentence's best 2k candidates is among that beam's own best 2k.
         top_log_probs, top_ids, state = allowed_top(model, state, last, 2 * k, length > min_len)  # (n * w, kk)
-        candidates = ranked_candidates(beams.scores, top_log_probs, top_ids, model.eos_id, k)
-        lp = length_penalty_of(length, length_penalty, length_normalization)
-        finish_ended(finished, beams, candidates, lp)
-        beams, parents = advance(beams, candidates, model.eos_id, k)
-        at_limit = limits[beams.active] <= length  # (n,)
-        finish_at_limit(finished, beams, at_limit, lp)
-        # (n,) slot 0 is live if any is
-        going = ~at_limit & (finished.ended[beams.active] < k) & np.isfinite(beams.scores[:, 0])
-        if not going.any():
-            break
-        state = model.select(state, (np.flatnonzero(going)[:, None] * width + parents[going]).reshape(-1))
-        beams = beams.rows(going)
-        last = beams.tokens[:, :, -1].reshape(-1, 1)
-    return finished.best(k)
+        ranked = ranked_step(scores, top_log_probs, top_ids, model.eos_id, k)
+        history.add(ranked.tokens, ranked.own, came_from + ranked.parents)
+        going = None  # (n,) the sentences that go on, where any stops
+        if ranked.ends is not None:
+            rows, beams, log_probs = ranked.ends
+            lp = length_penalty_of(length, length_penalty, length_normalization)
+            finished.add(active[rows], length - 1, came_from[rows, 0] + beams, log_probs, True, lp)
+            ended += np.bincount(rows, minlength=n)
+            going = ended < k
+        if length >= next_limit:
+            at_limit = row_limits <= length  # (n,) their live beams finish as they are, without </s>
+            rows, beams = np.nonzero(at_limit[:, None] & np.isfinite(ranked.scores))
+            lp = length_penalty_of(length, length_penalty, length_normalization)
+            finished.add(active[rows], length, rows * k + beams, ranked.scores[rows, beams], False, lp)
+            going = ~at_limit if going is None else going & ~at_limit
+        if not ranked.all_live:
+            live = np.isfinite(ranked.scores[:, 0])  # (n,) slot 0 is live if any is
+            going = live if going is None else going & live
+        kept, scores, parents, tokens = every_row, ranked.scores, ranked.parents, ranked.tokens
+        if going is not None and not going.all():
+            if not going.any():
+                break
+            kept = np.flatnonzero(going)
+            active, ended, row_limits = active[kept], ended[kept], row_limits[kept]
+            scores, parents, tokens = scores[kept], parents[kept], tokens[kept]
+            next_limit, every_row = int(row_limits.min()), np.arange(kept.size)
+        state = model.select(state, (kept[:, None] * width + parents).reshape(-1))
+        came_from, last = kept[:, None] * k, tokens.reshape(-1, 1)
+    return finished, history
 
 
-def ranked_candidates(
-    scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int, k: int
-) -> Candidates:
+class Ranked(NamedTuple):
+    """The k beams one token longer, (n, k) each, each sentence's live candidates in rank order (a sentence with
+    fewer than k keeps dead beams: they continue beam 0, scored -inf, fed </s>)."""
+
+    scores: np.ndarray  # the beam's log-probability
+    parents: np.ndarray  # the beam it continues
+    tokens: np.ndarray
+    own: np.ndarray  # the token's log-probability, as the step gave it
+    all_live: bool  # no dead beam
+    ends: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # the ended ones, if any: (rows, the beams they
+    # continue, their log-probabilities), in rank order within a row
+
+
+def ranked_step(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int, k: int) -> Ranked:
     """Each sentence's best 2k continuations of its beams (``scores``, (n, w)) by each beam's best tokens
-    (``top_ids`` and ``top_log_probs``, (n * w, kk)), best first: which of them end, which take the next k beams."""
+    (``top_ids`` and ``top_log_probs``, (n * w, kk)), best first: the k live ones take the beams, and the </s> ones
+    among them end hypotheses."""
     (n, w), kk = scores.shape, top_ids.shape[1]
-    row = np.arange(n)[:, None]  # (n, 1) for indexing row by row
-    every = (scores[:, :, None] + top_log_probs.reshape(n, w, kk)).reshape(n, w * kk)
+    every = (scores.reshape(-1, 1) + top_log_probs).reshape(n, w * kk)
     # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
     # scores the column order is the (beam, token) order: ties break as over the whole vocabulary.
     # Each beam has one </s> candidate, so the best 2k hold k live ones whenever k exist.
     flat = top_columns(every, min(2 * k, w * kk))  # (n, m)
-    log_prob, token = every[row, flat], top_ids.reshape(n, w * kk)[row, flat]  # (n, m) each
+    at = flat + np.arange(0, n * w * kk, w * kk)[:, None]  # (n, m) the candidates in the arrays flattened
+    log_prob, token, own = every.reshape(-1)[at], top_ids.reshape(-1)[at], top_log_probs.reshape(-1)[at]
+    # The usual step: the best k are live (finite, sorted best first, and not </s>), so they are the beams and no
+    # </s> ranks among them.
+    if flat.shape[1] >= k and log_prob[:, k - 1].min() > -np.inf and eos not in token[:, :k]:
+        return Ranked(log_prob[:, :k], flat[:, :k] // kk, token[:, :k], own[:, :k], True, None)
     possible, is_eos = np.isfinite(log_prob), token == eos
     live = possible & ~is_eos
     live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
     in_beam = live_rank - live < k  # (n, m) fewer than k live candidates better than each
-    return Candidates(
-        log_prob=log_prob,
-        parent=flat // kk,
-        token=token,
-        token_log_prob=top_log_probs.reshape(n, w * kk)[row, flat],
-        ends=possible & is_eos & in_beam,
-        takes=live & in_beam,
-        slot=live_rank - 1,
-    )
-
-
-def finish_ended(finished: Finished, beams: Beams, candidates: Candidates, lp: float) -> None:
-    """The hypotheses that </s> ends among the candidates that rank in the beam (</s> itself not in the tokens)."""
-    for r, c in zip(*np.nonzero(candidates.ends), strict=True):
-        parent = candidates.parent[r, c]
-        tokens, own = beams.tokens[r, parent], beams.token_log_probs[r, parent]
-        finished.add(beams.active[r], tokens, own, float(candidates.log_prob[r, c]), True, lp)
-
-
-def advance(beams: Beams, candidates: Candidates, eos: int, k: int) -> tuple[Beams, np.ndarray]:
-    """The k beams one token longer, each sentence's live candidates in rank order, and the parent of each new beam
-    (n, k). A sentence with fewer than k live candidates keeps dead beams: they copy beam 0, scored -inf."""
-    n = beams.scores.shape[0]
-    row = np.arange(n)[:, None]  # (n, 1)
-    rows, cols = np.nonzero(candidates.takes)
-    slot = candidates.slot[rows, cols]  # (live ones,)
+    rows, cols = np.nonzero(live & in_beam)
+    slot = live_rank[rows, cols] - 1  # (live ones,) the beam each takes
+    new_scores = np.full((n, k), -np.inf)
     parents = np.zeros((n, k), dtype=np.int64)
-    scores = np.full((n, k), -np.inf)
-    new_tokens = np.full((n, k), eos, dtype=np.int64)  # dead beams are fed </s>, their outputs ignored
-    new_log_probs = np.zeros((n, k))
-    parents[rows, slot] = candidates.parent[rows, cols]
-    scores[rows, slot] = candidates.log_prob[rows, cols]
-    new_tokens[rows, slot] = candidates.token[rows, cols]
-    new_log_probs[rows, slot] = candidates.token_log_prob[rows, cols]
-    tokens = np.concatenate([beams.tokens[row, parents], new_tokens[:, :, None]], axis=2)
-    token_log_probs = np.concatenate([beams.token_log_probs[row, parents], new_log_probs[:, :, None]], axis=2)
-    return Beams(beams.active, scores, tokens, token_log_probs), parents
-
-
-def finish_at_limit(finished: Finished, beams: Beams, at_limit: np.ndarray, lp: float) -> None:
-    """The live beams of the sentences ``at_limit`` (n,), finished as they are, without </s>."""
-    for r in np.flatnonzero(at_limit):
-        for b in np.flatnonzero(np.isfinite(beams.scores[r])):
-            finished.add(
-                beams.active[r], beams.tokens[r, b], beams.token_log_probs[r, b], float(beams.scores[r, b]), False, lp
-            )
+    tokens = np.full((n, k), eos, dtype=np.int64)
+    new_own = np.zeros((n, k))
+    new_scores[rows, slot] = log_prob[rows, cols]
+    parents[rows, slot] = flat[rows, cols] // kk
+    tokens[rows, slot] = token[rows, cols]
+    new_own[rows, slot] = own[rows, cols]
+    all_live = rows.size == n * k
+    ended = possible & is_eos & in_beam
+    if not ended.any():
+        return Ranked(new_scores, parents, tokens, new_own, all_live, None)
+    rows, cols = np.nonzero(ended)
+    return Ranked(new_scores, parents, tokens, new_own, all_live, (rows, flat[rows, cols] // kk, log_prob[rows, cols]))
 
 
 def beam_search(
@@ -215,6 +245,7 @@ def beam_search(
     length_normalization: str = "gnmt",
     min_len: int = 0,
 ) -> list[Output]:
-    """The best output per row of ``src_ids`` (batch, src_len), from the n-best (none found: empty, -inf)."""
-    nbest = beam_search_nbest(model, src_ids, beam_size, length_penalty, max_len, length_normalization, min_len)
-    return [hyps[0] if hyps else Output([], -np.inf, False, []) for hyps in nbest]
+    """The best output per row of ``src_ids`` (batch, src_len), the first of the n-best (none found: empty, -inf)."""
+    finished, history = searched(model, src_ids, beam_size, length_penalty, max_len, length_normalization, min_len)
+    best = finished.best(src_ids.shape[0], 1, history)
+    return [hyps[0] if hyps else Output([], -np.inf, False, []) for hyps in best]

@@ -34,29 +34,41 @@ def greedy_search(
     """
     batch = src_ids.shape[0]
     limits = max_lengths(src_ids, model.pad_id, max_len)  # (batch,)
-    outputs: list[list[int]] = [[] for _ in range(batch)]
-    token_log_probs: list[list[float]] = [[] for _ in range(batch)]  # each output id's, as its step gave it
-    log_probs = np.zeros(batch)  # (batch,) each sentence's sum so far
+    longest = int(limits.max())
+    # Each step writes every live row's choice in place; an output is its row's first ``lengths`` ids.
+    tokens = np.empty((batch, longest), np.int64)  # (batch, longest)
+    token_log_probs = np.empty((batch, longest))  # each output id's, as its step gave it
+    lengths = limits.copy()  # (batch,) a sentence that chooses </s> ends one short of that step
+    log_probs = np.zeros(batch)  # (batch,) each sentence's sum so far, </s>'s included
     state = model.start(src_ids)
     rows = np.arange(batch)  # the sentence of each state row
+    every = True  # rows is every sentence, in order
+    next_limit = int(limits.min())  # the first step at which a row reaches its limit
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)  # (rows, 1)
-    for length in range(1, int(limits.max()) + 1):
+    for length in range(1, longest + 1):
         top_log_probs, best, state = allowed_top(model, state, last, 1, length > min_len)  # (rows, 1) each
-        choice = best[:, 0]  # (rows,) ties go to the lower id
-        log_probs[rows] += top_log_probs[:, 0]
-        for row, token, log_prob in zip(rows.tolist(), choice.tolist(), top_log_probs[:, 0].tolist(), strict=True):
-            if token != model.eos_id:
-                outputs[row].append(token)
-                token_log_probs[row].append(log_prob)
-        going = (choice != model.eos_id) & (limits[rows] > length)  # (rows,)
+        choice, chosen = best[:, 0], top_log_probs[:, 0]  # (rows,) ties go to the lower id
+        if every:
+            log_probs += chosen
+            tokens[:, length - 1], token_log_probs[:, length - 1] = choice, chosen
+        else:
+            log_probs[rows] += chosen
+            tokens[rows, length - 1], token_log_probs[rows, length - 1] = choice, chosen
+        ended = choice == model.eos_id  # (rows,)
+        if length < next_limit and not ended.any():
+            last = best
+            continue
+        going = ~ended & (limits[rows] > length)  # (rows,)
+        lengths[rows[ended]] = length - 1
         if not going.any():
             break
+        last = best
         if not going.all():
             state = model.select(state, np.flatnonzero(going))
-            rows, choice = rows[going], choice[going]
-        last = choice[:, None].astype(np.int64)
+            rows, last, every = rows[going], best[going], False
+            next_limit = int(limits[rows].min())
     # A sentence that fills its limit was cut there; one that is shorter chose </s>.
     return [
-        Output(out, float(log_prob), len(out) < limit, own)
-        for out, log_prob, limit, own in zip(outputs, log_probs, limits.tolist(), token_log_probs, strict=True)
+        Output(tokens[i, :n].tolist(), float(log_prob), n < limit, token_log_probs[i, :n].tolist())
+        for i, (n, log_prob, limit) in enumerate(zip(lengths.tolist(), log_probs, limits.tolist(), strict=True))
     ]

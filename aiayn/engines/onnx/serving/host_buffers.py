@@ -31,6 +31,7 @@ consumed state refuses to be used again (``rows.consume``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -105,6 +106,14 @@ class HostState:
     rows: np.ndarray  # (rows,) physical row of each of the search's rows
     version: int
     identity: bool  # rows == arange(batch.rows): every physical row, in order
+
+
+@functools.cache
+def earlier_than(g: int) -> np.ndarray:
+    """(g, g) column j < row i: made once per group size (NumPy's ``tri`` costs more than the step's comparisons)."""
+    earlier = np.tri(g, g, -1, dtype=bool)
+    earlier.flags.writeable = False
+    return earlier
 
 
 def state_of(batch: Batch, rows: np.ndarray) -> HostState:
@@ -229,7 +238,8 @@ class HostBuffers:
             batch.total_len.fill(batch.past_len + 1)
             self.decoder.run_with_iobinding(batch.binding)
             batch.past_len += 1
-        outputs = tuple(out.copy() if state.identity else out[state.rows] for out in batch.outputs)
+        values, ids = batch.outputs
+        outputs = (values.copy(), ids.copy()) if state.identity else (values[state.rows], ids[state.rows])
         return outputs, HostState(batch, state.rows, batch.version, state.identity)
 
     # -- row selection -----------------------------------------------------------------------------------
@@ -273,8 +283,7 @@ class HostBuffers:
         so the copies need no temporary beyond NumPy's own.
         """
         n, g = parents.shape
-        earlier = np.tri(g, g, -1, dtype=bool)  # (g, g) column j < row i
-        first = ~((parents[:, :, None] == parents[:, None, :]) & earlier).any(axis=2)  # (n, g) first child
+        first = ~((parents[:, :, None] == parents[:, None, :]) & earlier_than(g)).any(axis=2)  # (n, g) first child
         if first.all() or batch.cache is None:
             return parents
         base = parents[:, :1] // g * g  # (n, 1) the block's first row
