@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from aiayn.serve import metrics
 from aiayn.serve.batching import SENTENCES_PER_SEARCH
 from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
 from aiayn.serve.service import TranslationService
@@ -30,6 +31,7 @@ from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 PATH = "/v1/translate"
 MAX_SENTENCES_PER_REQUEST = SENTENCES_PER_SEARCH  # a request's sentences fit one of the batcher's searches
 MAX_BODY_BYTES = 4 * MAX_FILE_CHARS  # UTF-8 text and JSON escapes of MAX_FILE_CHARS characters
+REFUSAL_REASONS = {413: "too_large", 400: "bad_json"}  # the metrics' reasons; any other refusal: bad_field
 
 
 class BadBody(ValueError):
@@ -84,14 +86,23 @@ def json_route(service: TranslationService) -> APIRoute:
         try:
             sentences, direction, beam = parsed(await request.body(), served)
         except BadBody as err:
+            metrics.refused(REFUSAL_REASONS.get(err.status, "bad_field"))
             return JSONResponse({"error": str(err)}, status_code=err.status)
-        results = await run_in_threadpool(service.translate_many, [(s, direction.name, beam) for s in sentences])
+        request.state.sentences, request.state.text = len(sentences), sentences  # the access log's
+        metrics.waiting("json", len(sentences))
+        try:
+            results = await run_in_threadpool(service.translate_many, [(s, direction.name, beam) for s in sentences])
+        finally:
+            metrics.waiting("json", -len(sentences))
         refused = [(i, line, why) for i, r in enumerate(results) for line, why in r.refused]
         if refused:
             index, line, why = refused[0]
+            metrics.refused("bad_field")
             return JSONResponse({"error": f"sentences[{index}], line {line + 1}: {why}"}, status_code=422)
         translations: list[Any] = [result.text for result in results]
-        details = [result.details().as_json() for result in results]
+        told = [result.details() for result in results]
+        metrics.translated(direction.value, told)
+        details = [one.as_json() for one in told]
         answer = {"translations": translations, "details": details, "direction": direction.value, "beam": beam}
         return JSONResponse(answer)
 

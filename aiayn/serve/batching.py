@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
+from aiayn.serve import metrics
 from aiayn.serve.memory import Trimmer
 
 # The searches' arrays handed back (else kept by malloc at the size of the largest batch): one trimmer for every
@@ -87,12 +89,15 @@ class SearchBatcher:
 
     def search(self, jobs: list[PendingSearch], settings: SearchSettings) -> None:
         """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error)."""
+        sentences = [ids for job in jobs for ids in job.src_ids]
+        started = time.perf_counter()
         try:
-            outputs = self.translator.outputs([ids for job in jobs for ids in job.src_ids], settings)
+            outputs = self.translator.outputs(sentences, settings)
         except Exception as err:  # handed to the waiting requests, which raise it in their own threads
             for job in jobs:
                 job.done.set_exception(err)
             return
+        metrics.searched(len(sentences), time.perf_counter() - started)
         start = 0
         for job in jobs:
             job.done.set_result(outputs[start : start + len(job.src_ids)])

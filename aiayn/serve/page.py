@@ -16,6 +16,7 @@ import numpy as np
 
 from aiayn.core.folder import bundled_models
 from aiayn.search.translator import MAX_BEAM
+from aiayn.serve import metrics
 from aiayn.serve.requests import (
     BadRequest,
     Direction,
@@ -160,6 +161,7 @@ class Handlers:
             try:
                 requests.append(checked(self.served, *inputs))
             except BadRequest as err:
+                metrics.refused("bad_field")
                 requests.append(refused_line(str(err)))
         wanted = [r for r in requests if isinstance(r, Request)]
         results = iter(self.service.translate_many([(r.text, r.model, r.beam_size) for r in wanted]))
@@ -171,6 +173,8 @@ class Handlers:
             else:
                 result = next(results)
                 self.recent.put(request, result)
+                value = next(d.value for d in self.served.values() if d.name == request.model)
+                metrics.translated(value, result.lines)
                 texts.append(result.text)
                 statuses.append(status_line(result))
         return texts, statuses

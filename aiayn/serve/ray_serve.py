@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.engines.options import EngineOptions
+from aiayn.serve.health import check_health
+from aiayn.serve.operations import DEFAULT_OPERATOR, OperatorOptions
 from aiayn.serve.service import Result, TranslationService
 from aiayn.text.sentences import MAX_FILE_CHARS, check_length
 
@@ -97,6 +99,10 @@ class TranslationReplica:
         # Each request waits for its search in a thread of its own, so that the batcher sees them all at once.
         self.waiting = ThreadPoolExecutor(MAX_ONGOING, thread_name_prefix="aiayn-request")
 
+    def check_health(self) -> None:
+        """Ray Serve's periodic check: a replica that raises here is replaced."""
+        check_health(self.service)
+
     async def translate_many(self, requests: list[tuple[str, str, int | None]]) -> list[Result]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.waiting, self.service.translate_many, requests)
@@ -143,17 +149,27 @@ class PageIngress:
     """The page's replica: the Gradio page and the JSON route, as ``aiayn serve`` serves them, over the translation
     deployment's handle. Ray Serve builds its ASGI app in the replica (``__serve_build_asgi_app__``)."""
 
-    def __init__(self, translation: Any, models: list[str] | None, options: EngineOptions, split_clauses: bool) -> None:
+    def __init__(
+        self,
+        translation: Any,
+        models: list[str] | None,
+        options: EngineOptions,
+        split_clauses: bool,
+        operator: OperatorOptions,
+    ) -> None:
         from aiayn.serve.server import apply_gradio_settings
 
         apply_gradio_settings()
         self.service = RemoteTranslation(translation, options, split_clauses)
-        self.models = models
+        self.models, self.operator = models, operator
 
     def __serve_build_asgi_app__(self) -> Any:
         from aiayn.serve.server import page_with_routes
 
-        return page_with_routes(self.service, self.models)
+        return page_with_routes(self.service, self.models, self.operator)
+
+    def check_health(self) -> None:
+        check_health(self.service)
 
 
 def reachable(address: str) -> None:
@@ -197,6 +213,7 @@ class Application:
     scaling: Scaling
     host: str
     port: int
+    operator: OperatorOptions = DEFAULT_OPERATOR
 
 
 def deploy(app: Application) -> None:
@@ -206,14 +223,19 @@ def deploy(app: Application) -> None:
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # this process's line says where; errors still show
     serve.start(http_options={"host": app.host, "port": app.port}, logging_config=QUIET)
-    translation = serve.deployment(name="Translation", **app.scaling.deployment_options())(TranslationReplica)
+    grace = app.operator.grace_s  # a replica stopped answers the requests it holds first, for at most this long
+    translation = serve.deployment(
+        name="Translation", graceful_shutdown_timeout_s=grace, **app.scaling.deployment_options()
+    )(TranslationReplica)
     page = serve.deployment(
         name="Page",
         max_ongoing_requests=PAGE_MAX_ONGOING,
+        graceful_shutdown_timeout_s=grace,
         ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
     )(serve.ingress()(PageIngress))
     replicas = translation.bind(app.models or [], app.options, app.split_clauses)
-    serve.run(page.bind(replicas, app.models, app.options, app.split_clauses), name=APP_NAME, route_prefix="/")
+    bound = page.bind(replicas, app.models, app.options, app.split_clauses, app.operator)
+    serve.run(bound, name=APP_NAME, route_prefix="/")
 
 
 def serve_on_ray(address: str | None, app: Application) -> None:
