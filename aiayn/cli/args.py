@@ -38,6 +38,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    """A time in seconds, more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
 def share(text: str) -> float:
     """A share of something, 0 to 1."""
     try:

@@ -10,7 +10,7 @@ from typing import Any
 def cmd_import(args: argparse.Namespace) -> None:
     from aiayn.convert.marian import import_marian
 
-    _, report = import_marian(args.source, Path(args.out), args.src, args.tgt)
+    _, report = import_marian(args.source, Path(args.out), args.src, args.tgt, args.revision)
     for line in report:
         print(line)
 
@@ -24,6 +24,13 @@ def add_import(sub: Any) -> None:
         "model.safetensors or pytorch_model.bin, source.spm, target.spm and vocab.json.",
     )
     p.add_argument("source", help="Hub id (Helsinki-NLP/opus-mt-en-de) or checkpoint folder")
+    p.add_argument(
+        "--revision",
+        default=None,
+        metavar="REV",
+        help="of a Hub id: the branch, tag or commit to read (default: its main branch); the folder records the "
+        "commit read (config.json's imported.revision)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="the model folder to write (new or empty)")
     p.add_argument("--src", default=None, help="source language code, where the checkpoint does not say it")
     p.add_argument(

@@ -19,12 +19,14 @@ from aiayn.cli.args import (
     engine_options,
     port_number,
     positive_int,
+    seconds,
 )
 from aiayn.core.dependencies import PAGE_ONLY, TESTED, untested_line
 from aiayn.text.sentences import split_lines
 
 if TYPE_CHECKING:
     from aiayn.serve.details import Details
+    from aiayn.serve.limits import Limits
     from aiayn.serve.operations import OperatorOptions
 
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
@@ -166,8 +168,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise UserError(f"{args.ray_flags_given[0]} goes with --ray (Ray Serve's replicas); add --ray")
     from aiayn.serve.server import serve
 
-    clauses = not args.no_clauses
-    if serve(args.model, args.host, args.port, args.share, engine_options(args), clauses, operator_options(args)):
+    options, clauses = engine_options(args), not args.no_clauses
+    limits, operator = serve_limits(args), operator_options(args)
+    if serve(args.model, args.host, args.port, args.share, options, clauses, limits=limits, operator=operator):
         sys.exit(1)  # requests were cut by the stop: stderr says how many
 
 
@@ -175,10 +178,17 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
     """The operators' flags as ``operations.OperatorOptions``."""
     from aiayn.serve.operations import OperatorOptions
 
-    if args.grace < 0:
+    if not 0 <= args.grace < float("inf"):
         raise UserError(f"--grace {args.grace:g}: give the seconds to wait, 0 or more")
     log = None if args.no_access_log else args.log_format
     return OperatorOptions(not args.no_metrics, log, args.log_text, args.grace)
+
+
+def serve_limits(args: argparse.Namespace) -> Limits:
+    """The limits the flags set (``serve/limits.py``), checked before any model loads."""
+    from aiayn.serve.limits import Limits
+
+    return Limits(max_waiting=args.max_waiting, request_timeout_s=args.request_timeout)
 
 
 def ray_serve(args: argparse.Namespace) -> None:
@@ -192,8 +202,9 @@ def ray_serve(args: argparse.Namespace) -> None:
     )
     args.cores = args.cores or max(1, int(args.cpus_per_replica))
     address = args.ray or None  # --ray alone: a cluster of this machine, started here
+    options, limits = engine_options(args), serve_limits(args)
     app = Application(
-        args.model, engine_options(args), not args.no_clauses, scaling, args.host, args.port, operator_options(args)
+        args.model, options, not args.no_clauses, scaling, args.host, args.port, limits, operator_options(args)
     )
     serve_on_ray(address, app)
 
@@ -228,6 +239,7 @@ def add_serve(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=port_number, default=7860, help="TCP port to listen on")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    add_limit_flags(p)
     add_engine_flags(p, engine_help=None)
     add_clauses_flag(p)
     add_operator_flags(p)
@@ -255,6 +267,28 @@ def add_operator_flags(p: argparse.ArgumentParser) -> None:
     ops.add_argument("--no-access-log", action="store_true", help="no access log line per request")
     ops.add_argument(
         "--log-text", action="store_true", help="the user's text in the access log (never, without this flag)"
+    )
+
+
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """The JSON route's two limits a deployer sets (the others: ``serve/limits.py``, docs/serve.md "Security")."""
+    from aiayn.serve.limits import MAX_SENTENCES_PER_REQUEST, MAX_WAITING_SENTENCES, REQUEST_TIMEOUT_S
+
+    p.add_argument(
+        "--max-waiting",
+        type=positive_int,
+        default=MAX_WAITING_SENTENCES,
+        metavar="SENTENCES",
+        help="sentences of POST /v1/translate waiting or searched at once (at least one request's, "
+        f"{MAX_SENTENCES_PER_REQUEST}); a request beyond them is answered 503 with Retry-After",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=seconds,
+        default=REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a POST /v1/translate request not answered within this time is answered 503, and its sentences not "
+        "yet searched are dropped",
     )
 
 

@@ -61,7 +61,7 @@ from aiayn.core.tokenizer import (
 )
 from aiayn.core.weight_spec import EMBEDDING, LOGITS_BIAS
 from aiayn.model.transformer import Transformer
-from aiayn.model.weights import STORAGE_DTYPE, load_state_strict, save_weights
+from aiayn.model.weights import STORAGE_DTYPE, load_state_strict, read_tensor_pickle, save_weights
 
 CHECKPOINT_FILES = (
     "config.json",
@@ -94,12 +94,19 @@ class UnsupportedCheckpoint(ValueError):
     """A checkpoint that a model folder cannot represent: the message says what and why."""
 
 
-def checkpoint_dir(source: str) -> Path:
-    """A local folder as it is, or a Hub id downloaded once into Hugging Face's cache (the user's endpoint and
-    token, as ``huggingface_hub`` is configured), only the files an import reads."""
+# The Hub's cache keeps each download under the commit it resolved to: .../snapshots/<commit sha>.
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def checkpoint_dir(source: str, revision: str | None = None) -> tuple[Path, str | None]:
+    """(the checkpoint's folder, the Hub commit it was read at): a local folder as it is (no commit), or a Hub id
+    at ``revision`` (a branch, tag or commit; the default branch where None) downloaded once into Hugging Face's
+    cache (the user's endpoint and token, as ``huggingface_hub`` is configured), only the files an import reads."""
     path = Path(source).expanduser()
     if path.is_dir():
-        return path
+        if revision is not None:
+            raise ValueError(f"--revision picks a commit of a Hub id; {source} is a folder, read as it is")
+        return path, None
     if not HUB_ID.match(source):
         raise FileNotFoundError(
             f"{source} is neither a folder nor a Hugging Face Hub id like Helsinki-NLP/opus-mt-en-de"
@@ -108,12 +115,14 @@ def checkpoint_dir(source: str) -> Path:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(source, allow_patterns=list(CHECKPOINT_FILES)))
+        snapshot = Path(snapshot_download(source, revision=revision, allow_patterns=list(CHECKPOINT_FILES)))
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
+        at = f" at revision {revision}" if revision else ""
         raise FileNotFoundError(
-            f"could not download {source} from the Hugging Face Hub ({type(err).__name__}: {err}); check the id and "
-            "the network, or download it elsewhere and pass its folder"
+            f"could not download {source}{at} from the Hugging Face Hub ({type(err).__name__}: {err}); check the id"
+            f"{', the revision' if revision else ''} and the network, or download it elsewhere and pass its folder"
         ) from None
+    return snapshot, snapshot.name if COMMIT_SHA.match(snapshot.name) else None
 
 
 def card_license(path: Path) -> str | None:
@@ -327,7 +336,8 @@ class Checkpoint:
             from safetensors.torch import load_file
 
             return load_file(str(self.path / "model.safetensors"))
-        return torch.load(self.path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        state: dict[str, torch.Tensor] = read_tensor_pickle(self.path / "pytorch_model.bin")
+        return state
 
 
 def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor], order: list[int] | None) -> dict[str, torch.Tensor]:
@@ -398,11 +408,13 @@ def check_against_checkpoint(
 
 
 def import_marian(
-    source: str, out: Path, src_lang: str | None = None, tgt_lang: str | None = None
+    source: str, out: Path, src_lang: str | None = None, tgt_lang: str | None = None, revision: str | None = None
 ) -> tuple[ModelFolder, list[str]]:
-    """Write the model folder of the Marian checkpoint ``source`` (a folder or a Hub id) into ``out``; returns the
-    folder and lines that report what was read and checked. ``out`` is written whole or not at all."""
-    checkpoint = Checkpoint.read(checkpoint_dir(source))
+    """Write the model folder of the Marian checkpoint ``source`` (a folder, or a Hub id at ``revision``) into
+    ``out``; returns the folder and lines that report what was read and checked. ``out`` is written whole or not at
+    all; its ``imported`` section records the Hub commit read, so that the same weights can be fetched again."""
+    path, commit = checkpoint_dir(source, revision)
+    checkpoint = Checkpoint.read(path)
     checkpoint.refuse_what_we_cannot_hold()
     target_token = checkpoint.target_token(tgt_lang)
     src_lang, tgt_lang = checkpoint.languages(source, src_lang, tgt_lang)
@@ -430,7 +442,14 @@ def import_marian(
         save_weights(model, folder)
         folder.write_section(SEARCH_SECTION, checkpoint.search_defaults())
         hub, licence = not Path(source).expanduser().is_dir(), card_license(checkpoint.path)
-        imported = {"from": source, "hub": hub, "license": licence, "model_type": "marian", "max_log_prob_diff": diff}
+        imported = {
+            "from": source,
+            "hub": hub,
+            **({"revision": commit} if hub else {}),  # None where the cache did not say the commit
+            "license": licence,
+            "model_type": "marian",
+            "max_log_prob_diff": diff,
+        }
         folder.write_section(IMPORTED_SECTION, imported)
         if out.exists():
             out.rmdir()
@@ -439,8 +458,9 @@ def import_marian(
     parameters = sum(p.numel() for p in model.parameters())
     targets = checkpoint.language_tokens()
     chosen = [f"every source starts with {target_token}, one of {len(targets)} targets"] if target_token else []
+    at = f" at commit {commit}" if commit else ""
     return folder, [
-        f"imported {source}: Marian, {parameters / 1e6:.1f} M parameters, {config.src_lang}→{config.tgt_lang}, "
+        f"imported {source}{at}: Marian, {parameters / 1e6:.1f} M parameters, {config.src_lang}→{config.tgt_lang}, "
         f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
         f"vocabulary {config.vocab_size}, {config.activation}",
         *chosen,

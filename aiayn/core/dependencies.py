@@ -43,6 +43,11 @@ TESTED: dict[str, Tested] = {
     "prometheus-client": Tested("0.26.0"),  # `aiayn serve`'s GET /metrics
 }
 PAGE_ONLY = ("gradio",)  # what `aiayn translate` never imports
+# Floors an extra's range holds for a fix the project relies on, not for the suite's runs (it ran on torch 2.13.0):
+# before torch 2.6 a pickle can run code through ``torch.load(weights_only=True)`` (CVE-2025-32434), and every
+# checkpoint is read that way (``aiayn.model.weights.read_tensor_pickle``); datasets takes ``trust_remote_code``
+# from 2.16 on (``aiayn.data.hf_datasets``). Each refuses a release under its floor where it reads.
+SECURITY_FLOORS: dict[str, str] = {"torch": "2.6", "datasets": "2.16"}
 
 
 def release_number(release: str) -> tuple[int, ...]:

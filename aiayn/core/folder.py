@@ -20,6 +20,7 @@ from typing import Any
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import variant_file
 from aiayn.core.normalizer import is_tidy, tidied
+from aiayn.core.public import public_path
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, SubwordTokenizer
 
 CONFIG_FILE = "config.json"
@@ -273,7 +274,9 @@ class ModelFolder:
         if not parent:
             return f"trained on {corpus}"
         name = Path(str(parent.get("folder"))).name
-        return f"trained further on {corpus} from {name}, which was {parent.get('provenance', 'trained elsewhere')}"
+        # The parent's line as its record kept it, from before names were kept local: judged again.
+        was = public_path(str(parent.get("provenance", "trained elsewhere")))
+        return f"trained further on {corpus} from {name}, which was {was}"
 
     def validation_sample(self) -> list[tuple[str, str]]:
         """The validation pairs training kept in the folder (``validation.tsv``: source TAB reference); empty when
@@ -329,7 +332,7 @@ def corpus_line(train: dict[str, Any]) -> str:
     if kind in CORPUS_KINDS:
         name = CORPUS_KINDS[kind]
     elif kind == "hf datasets":
-        name = f"the Hugging Face dataset {train.get('name')}" + (
+        name = f"the Hugging Face dataset {public_path(str(train.get('name')))}" + (
             f" ({train['config']})" if train.get("config") else ""
         )
     elif files:

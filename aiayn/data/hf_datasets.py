@@ -2,6 +2,10 @@
 
 Optional: ``pip install "aiayn[datasets]"``. Rows hold a translation column of ``{language: text}``
 (``{"translation": {"en": ..., "de": ...}}``, the layout of the hub's WMT and OPUS sets).
+
+A dataset is data, never code: one built by a loading script (Python that ``datasets`` would download and run) is
+refused, whatever the release of ``datasets`` (``trust_remote_code=False``, which releases before
+``SECURITY_FLOORS["datasets"]`` do not take: they are refused too).
 """
 
 from __future__ import annotations
@@ -12,9 +16,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from aiayn.core.dependencies import SECURITY_FLOORS, release_number
 from aiayn.core.normalizer import normalize_text
 
 INSTALL = 'reading Hugging Face datasets needs the optional extra: pip install "aiayn[datasets]"'
+NO_SCRIPTS = (
+    "aiayn never runs a dataset's loading script (it could run any code): use a dataset of data files (Parquet, "
+    "JSON, CSV), or a folder that `datasets`' save_to_disk wrote"
+)
+# How datasets refuses a script: "Loading X requires you to execute the dataset script ..." or "... contains custom
+# code which must be executed ..." (2.16 to 3.x), "Dataset scripts are no longer supported" (4 on).
+SCRIPT_REFUSED = ("dataset script", "custom code")
 ROWS_PER_READ = 1000
 
 
@@ -41,7 +53,7 @@ class HFDataset:
                     raise ValueError(f"{self.name} has no split {self.split!r}; it has {', '.join(loaded)}")
                 loaded = loaded[self.split]
         else:
-            loaded = datasets.load_dataset(self.name, self.config, split=self.split)
+            loaded = self.load_without_scripts(datasets)
         where = f"{self.name} [{self.split}]"
         if self.column not in loaded.column_names:
             raise ValueError(f"{where} has no column {self.column!r}; it has {', '.join(loaded.column_names)}")
@@ -52,6 +64,23 @@ class HFDataset:
         if len(loaded) == 0:
             raise ValueError(f"{where} is empty")
         return loaded
+
+    def load_without_scripts(self, datasets: Any) -> Any:
+        """``load_dataset`` told to run no code, or a one-line refusal where the dataset needs its script."""
+        floor = SECURITY_FLOORS["datasets"]
+        if release_number(datasets.__version__) < release_number(floor):
+            raise ValueError(
+                f"datasets {datasets.__version__} may run a dataset's loading script unasked: pip install "
+                f"'datasets>={floor}'"
+            )
+        if self.name.endswith(".py"):
+            raise ValueError(f"{self.name} is a loading script; {NO_SCRIPTS}")
+        try:
+            return datasets.load_dataset(self.name, self.config, split=self.split, trust_remote_code=False)
+        except (RuntimeError, ValueError) as err:
+            if any(said in str(err).lower() for said in SCRIPT_REFUSED):
+                raise ValueError(f"{self.name} is built by a loading script; {NO_SCRIPTS}") from None
+            raise
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -14,7 +14,9 @@ the weights (``SPACE_VARIANTS``: on a CPU fp32 or the weight-only blocks built a
 from __future__ import annotations
 
 import ast
+import html
 import importlib.metadata
+import json
 import re
 import shutil
 import sys
@@ -24,11 +26,13 @@ from pathlib import Path
 from aiayn.core.contract import DECODER_FILE, ENCODER_FILE
 from aiayn.core.folder import (
     CONFIG_FILE,
+    IMPORTED_SECTION,
     TRAINING_RECORD_FILE,
     VALIDATION_SAMPLE_FILE,
     WEIGHTS_FILE,
     ModelFolder,
 )
+from aiayn.core.public import public_record, public_sections, yaml_quoted
 from aiayn.core.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.engines import BLOCK_VARIANTS, ONNX_PORTABLE, SERVING_VARIANTS
 from aiayn.engines.load import load_engine
@@ -64,21 +68,23 @@ LFS = "filter=lfs diff=lfs merge=lfs -text"
 APP = '''"""A Hugging Face Space: {label}, {provenance}. Served by aiayn with ONNX Runtime and NumPy (no torch).
 
 Written by `aiayn export MODEL --to space`. A Space runs `python app.py` and sends its visitors to port 7860
-(GRADIO_SERVER_PORT elsewhere); the page's API and POST /v1/translate answer as
-`aiayn translate --model model --variant {variant}` does, with {variant} weights.
+(GRADIO_SERVER_PORT elsewhere); it listens on every interface only where Spaces runs it (`space_host`), elsewhere
+on 127.0.0.1. The page's API and POST /v1/translate answer as `aiayn translate --model model --variant {variant}`
+does, with {variant} weights.
 """
 
 import os
 from pathlib import Path
 
 from aiayn.engines.options import EngineOptions
-from aiayn.serve.server import serve
+from aiayn.serve.server import serve, space_host
 
 MODEL = Path(__file__).resolve().parent / "{model_dir}"
 
 if __name__ == "__main__":
     port = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
-    serve([str(MODEL)], host="0.0.0.0", port=port, options=EngineOptions(device="{device}", variant="{variant}"))
+    options = EngineOptions(device="{device}", variant="{variant}")
+    serve([str(MODEL)], host=space_host(), port=port, options=options)
 '''
 
 
@@ -201,34 +207,49 @@ def requirements(modules: set[str], device: str) -> list[str]:
 
 def space_readme(folder: ModelFolder, device: str, variant: str) -> str:
     """README.md: the front matter that makes the folder a Gradio Space, and what the model knows."""
-    config, imported = folder.config, folder.section("imported")
+    config, imported = folder.config, folder.section(IMPORTED_SECTION)
     pair = f"{config.src_lang}-{config.tgt_lang}"
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    front = [
-        f"title: aiayn {pair}",
+    licence, hub_id = str(imported.get("license") or ""), str(imported.get("from"))
+    front = [  # every value from the folder or a model card quoted: read back as text, never as YAML
+        f"title: {yaml_quoted(f'aiayn {pair}')}",
         "emoji: 🔤",
         "colorFrom: blue",
         "colorTo: indigo",
         "sdk: gradio",
-        f"sdk_version: {importlib.metadata.version(GRADIO)}",
-        f'python_version: "{python}"',
+        f"sdk_version: {yaml_quoted(importlib.metadata.version(GRADIO))}",
+        f"python_version: {yaml_quoted(python)}",
         "app_file: app.py",
         "pinned: false",
-        *([f"license: {imported['license']}"] if imported.get("license") else []),
-        *([f"models:\n  - {imported['from']}"] if imported.get("hub") else []),  # the Hub links the two
+        *([f"license: {yaml_quoted(licence)}"] if licence else []),
+        *([f"models:\n  - {yaml_quoted(hub_id)}"] if imported.get("hub") else []),  # the Hub links the two
         *([f"suggested_hardware: {GPU_FLAVOR}"] if device == "cuda" else []),
     ]
     return (
         "---\n" + "\n".join(front) + "\n---\n\n"
         f"# {config.src_lang} → {config.tgt_lang}\n\n"
-        f"A Transformer (*Attention Is All You Need*) {folder.provenance()}, served with ONNX Runtime on the "
-        f"{'GPU' if device == 'cuda' else 'CPU'} ({variant} weights). It translates what resembles what it learnt "
+        f"A Transformer (*Attention Is All You Need*) {html.escape(folder.provenance())}, served with ONNX Runtime on "
+        f"the {'GPU' if device == 'cuda' else 'CPU'} ({variant} weights). It translates what resembles what it learnt "
         "from; other text comes out poorly.\n\n"
         f'The page\'s API: `gradio_client.Client(URL).predict(text, "{pair}", 4, api_name="/translate")`; for apps, '
         f'`POST /v1/translate` with `{{"sentences": [...], "direction": "{pair}", "beam": 4}}`.\n\n'
         f"Written by aiayn's `aiayn export MODEL --to space`: `{MODEL_DIR}/` is the model folder, `{PACKAGE}/` the "
         "part of aiayn that serves it, `requirements.txt` what that part imports.\n"
     )
+
+
+def write_public_records(folder: ModelFolder, model_dir: Path) -> None:
+    """The folder's config.json and training.json (where it has one) as an export publishes them."""
+    published = {CONFIG_FILE: public_sections(folder.sections, IMPORTED_SECTION)}
+    if folder.record_file.is_file():
+        published[TRAINING_RECORD_FILE] = public_record(folder.training_record())
+    for name, data in published.items():
+        (model_dir / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def docstring_text(text: str) -> str:
+    """``text`` inside app.py's docstring: no backslash or quote in it can end the string and start code."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def gitattributes(out_dir: Path) -> str:
@@ -255,7 +276,8 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", varian
         raise ValueError(f"a Space on the {device.upper()} serves --variant {choices}, not {variant!r}")
     folder.require([folder.weights_file, folder.tokenizer_file], "a Space serves a trained or imported folder")
     folder.check_weights()
-    files = [folder.path / name for name in MODEL_FILES]
+    # The records go as an export publishes them (core/public.py): nothing of this machine.
+    files = [folder.path / name for name in MODEL_FILES if name not in (CONFIG_FILE, TRAINING_RECORD_FILE)]
     if device == "cuda":  # what serves where the serving engine fails its check at load: checked here, as it will be
         load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", GPU_GRAPHS_VARIANT, lanes=1))
         files += [folder.onnx_file(graph, GPU_GRAPHS_VARIANT) for graph in GPU_GRAPHS]
@@ -266,9 +288,10 @@ def export_space(folder: ModelFolder, out_dir: Path, device: str = "cpu", varian
     for path in files:
         if path.is_file():
             shutil.copyfile(path, model_dir / path.name)
+    write_public_records(folder, model_dir)
     config = folder.config
-    label = f"{config.src_lang} → {config.tgt_lang}"
-    app = APP.format(label=label, provenance=folder.provenance(), model_dir=MODEL_DIR, device=device, variant=variant)
+    label, provenance = docstring_text(f"{config.src_lang} → {config.tgt_lang}"), docstring_text(folder.provenance())
+    app = APP.format(label=label, provenance=provenance, model_dir=MODEL_DIR, device=device, variant=variant)
     (out_dir / "app.py").write_text(app, encoding="utf-8")
     modules, third_party = ImportWalk().reached(app)
     for name in modules:

@@ -24,6 +24,7 @@ does writing the graphs transformers.js runs (``transformers_js``, ``--transform
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import math
@@ -51,6 +52,7 @@ from aiayn.convert.marian_layout import (
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import IMPORTED_SECTION, ModelFolder
 from aiayn.core.normalizer import is_tidy, tidied
+from aiayn.core.public import yaml_quoted
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.core.weight_spec import EMBEDDING
 
@@ -248,10 +250,10 @@ def front_matter(folder: ModelFolder) -> list[str]:
     return [
         "library_name: transformers",
         "pipeline_tag: translation",
-        f"language:\n  - {config.src_lang}\n  - {config.tgt_lang}",
+        f"language:\n  - {yaml_quoted(config.src_lang)}\n  - {yaml_quoted(config.tgt_lang)}",
         "tags:\n  - marian\n  - aiayn",
-        *([f"license: {imported['license']}"] if imported.get("license") else []),
-        *([f"base_model: {imported['from']}"] if imported.get("hub") else []),
+        *([f"license: {yaml_quoted(str(imported['license']))}"] if imported.get("license") else []),
+        *([f"base_model: {yaml_quoted(str(imported['from']))}"] if imported.get("hub") else []),
     ]
 
 
@@ -261,7 +263,7 @@ def card_summary(folder: ModelFolder) -> list[str]:
     return [
         f"# {config.src_lang} → {config.tgt_lang}",
         "",
-        f"A Transformer (*Attention Is All You Need*) {folder.provenance()}"
+        f"A Transformer (*Attention Is All You Need*) {html.escape(folder.provenance())}"
         + (f"; its best validation BLEU while training was {bleu} (greedy)." if bleu else "."),
         f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
         f"{config.n_heads} heads, d_ff {config.d_ff}, a vocabulary of {config.vocab_size} shared by both sides.",

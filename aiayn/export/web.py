@@ -28,8 +28,9 @@ from aiayn.core.contract import (
     TGT_IDS,
     kv_names,
 )
-from aiayn.core.folder import CONFIG_FILE, ModelFolder
+from aiayn.core.folder import CONFIG_FILE, IMPORTED_SECTION, ModelFolder
 from aiayn.core.normalizer import char_class, code_points, is_tidy, tidied, whitespace_run
+from aiayn.core.public import public_sections, yaml_quoted
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TOKENIZER_FILE, SubwordTokenizer
 from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.load import load_engine
@@ -135,7 +136,8 @@ def space_readme(folder: ModelFolder) -> str:
     config = folder.config
     headers = "".join(f"  {name}: {value}\n" for name, value in ISOLATION_HEADERS.items())
     return (
-        f"---\ntitle: aiayn {config.src_lang}-{config.tgt_lang} in the browser\nemoji: 🌐\ncolorFrom: blue\n"
+        f"---\ntitle: {yaml_quoted(f'aiayn {config.src_lang}-{config.tgt_lang} in the browser')}\nemoji: 🌐\n"
+        "colorFrom: blue\n"
         "colorTo: green\nsdk: static\napp_file: index.html\npinned: false\n"
         f"custom_headers:\n{headers}---\n\n"
         f"Translates {config.src_lang} → {config.tgt_lang} on the visitor's own device with onnxruntime-web (WASM): "
@@ -167,7 +169,8 @@ def export_web(folder: ModelFolder, out_dir: Path, variant: str = "fp32", cache_
     # Replace and Strip, and in place of the Precompiled charsmap applies NFKC and fixed tables, which differ from
     # spm's nmt_nfkc only on characters the text pipeline never passes on (tests/export/test_web.py).
     SubwordTokenizer(tokenizer).save(out_dir / TOKENIZER_FILE)
-    sections = {**folder.sections, WEB_SECTION: web_section(folder, variant)}
+    # As an export publishes them (core/public.py): an imported checkpoint's local folder by its name alone.
+    sections = {**public_sections(folder.sections, IMPORTED_SECTION), WEB_SECTION: web_section(folder, variant)}
     (out_dir / CONFIG_FILE).write_text(json.dumps(sections, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for page_file in sorted(PAGE_DIR.iterdir()):
         if page_file.is_file():

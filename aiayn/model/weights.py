@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
+import re
+import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save
 
+from aiayn.core.dependencies import SECURITY_FLOORS, release_number
 from aiayn.core.folder import ModelFolder
 from aiayn.core.weight_spec import check_weights
 from aiayn.model.transformer import Transformer
@@ -14,6 +19,44 @@ from aiayn.model.transformer import Transformer
 # Weights are stored in half precision: the bundled folders stay small enough to commit without
 # Git LFS, and every engine computes in fp32 from the very same rounded values, so they agree exactly.
 STORAGE_DTYPE = torch.float16
+
+
+# What torch's refusal names: the global a pickle asked for (GLOBAL posix.system), or the opcode it does not run.
+REFUSED_GLOBAL = re.compile(r"GLOBAL [\w.]+")
+REFUSED_OPCODE = re.compile(r"Unsupported operand \S+")
+
+
+class UnsafePickle(ValueError):
+    """A ``torch.save`` file that asks for more than tensors and plain values (or damaged bytes that read as such a
+    request): the message starts with its path."""
+
+
+class UnsafeTorch(ValueError):
+    """A torch whose ``weights_only`` a pickle can get around: the message says which release to install."""
+
+
+def read_tensor_pickle(path: Path) -> Any:
+    """The tensors and plain values (dicts, lists, numbers, text) of a ``torch.save`` file, without running any of
+    its code: torch's ``weights_only`` unpickler makes no object of another type, so a pickle that would call
+    something (``os.system`` in a ``__reduce__``) is refused before it runs, in one line naming what it asked for."""
+    floor = SECURITY_FLOORS["torch"]
+    if release_number(torch.__version__) < release_number(floor):
+        raise UnsafeTorch(
+            f"{path} is not read with torch {torch.__version__}: before {floor} such a file can run code despite "
+            f"weights_only (CVE-2025-32434); pip install 'torch>={floor}'"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on a pickle protocol it does not expect: refused below
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:  # torch's message runs over lines: one line says it
+        if named := REFUSED_GLOBAL.search(str(err)):
+            raise UnsafePickle(
+                f"{path} cannot be read as data alone (its pickle asks for {named.group()}, which could run code), "
+                "so it is refused unread"
+            ) from None
+        opcode = REFUSED_OPCODE.search(str(err))
+        raise ValueError(f"{opcode.group() if opcode else 'not a pickle'} of a file read as data only") from None
 
 
 def save_weights(model: Transformer, folder: ModelFolder) -> None:

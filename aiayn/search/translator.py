@@ -27,6 +27,7 @@ LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS = 64, 4096
 
 
 MAX_BEAM = 8  # the widest beam a user may ask for: the page's slider, --beam, the JSON route
+SHOWN_CHARS = 40  # of a refused value in its message
 
 
 class TextCodec(Protocol):
@@ -47,11 +48,20 @@ def beam_size_of(value: object) -> int:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        or not 1 <= value <= MAX_BEAM  # first: a huge integer has no float, NaN is never in range
         or not float(value).is_integer()
-        or not 1 <= value <= MAX_BEAM
     ):
-        raise ValueError(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {value!r}")
+        raise ValueError(f"beam size must be a whole number from 1 to {MAX_BEAM}, got {shown(value)}")
     return int(value)
+
+
+def shown(value: object) -> str:
+    """A refused value as its message names it: its ``repr``, cut at ``SHOWN_CHARS`` (an integer too long to write
+    out, by its size)."""
+    if isinstance(value, int) and abs(value) >= 10**SHOWN_CHARS:
+        return f"a whole number of more than {SHOWN_CHARS} digits"
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
 @dataclass(frozen=True)
@@ -195,14 +205,19 @@ class Translator:
         src_ids: Sequence[Sequence[int]],
         settings: SearchSettings,
         on_batch: Callable[[int], object] | None = None,
+        wanted: Callable[[], bool] | None = None,
     ) -> list[Output]:
-        """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress."""
+        """The search's output (ids and log-probability) for each source id list; ``on_batch(n)`` reports progress.
+        Where ``wanted()`` says False before a length batch starts, that batch is not searched (its outputs empty):
+        nobody waits for them any more."""
         outputs: list[Output] = [Output([], 0.0, False, [])] * len(src_ids)
         batches = split_for_lanes(
             length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes
         )
 
         def search(batch: list[int]) -> list[Output]:
+            if wanted is not None and not wanted():
+                return [outputs[i] for i in batch]
             padded = pad_batch([src_ids[i] for i in batch], self.engine.pad_id)
             max_len = (padded != self.engine.pad_id).sum(axis=1) + settings.max_extra_len  # (batch,)
             if settings.max_len is not None:

@@ -8,6 +8,9 @@ sentences as one batch (grouped by search settings), and gives each request its
 own outputs back. Nothing waits on purpose: a lone request starts at once, and
 the ones that arrive meanwhile form the next batch, in the next free lane. The search of a sentence does not
 depend on its batch, so answers equal one-at-a-time answers (tested).
+
+A caller that stops waiting (the JSON route's time limit) cancels its futures: a job still queued is never searched,
+and a search whose every job was cancelled stops before its next length batch, so that it keeps no lane from others.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
@@ -80,25 +84,43 @@ class SearchBatcher:
 
     def serve(self) -> None:
         while True:
-            jobs = self.pending.get()
+            jobs = wanted(self.pending.get())
             while sum(len(job.src_ids) for job in jobs) < SENTENCES_PER_SEARCH and not self.pending.empty():
-                jobs += self.pending.get()
+                jobs += wanted(self.pending.get())
             for settings in dict.fromkeys(job.settings for job in jobs):
                 self.search([job for job in jobs if job.settings == settings], settings)
             TRIM()
 
     def search(self, jobs: list[PendingSearch], settings: SearchSettings) -> None:
-        """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error)."""
+        """One search over the sentences of ``jobs``; each job gets its own slice of the outputs (or the error). It
+        stops early once every job is cancelled."""
+
+        def awaited() -> bool:
+            return not all(job.done.cancelled() for job in jobs)
+
         sentences = [ids for job in jobs for ids in job.src_ids]
         started = time.perf_counter()
         try:
-            outputs = self.translator.outputs(sentences, settings)
+            outputs = self.translator.outputs(sentences, settings, wanted=awaited)
         except Exception as err:  # handed to the waiting requests, which raise it in their own threads
             for job in jobs:
-                job.done.set_exception(err)
+                answer(job.done.set_exception, err)
             return
         metrics.searched(len(sentences), time.perf_counter() - started)
         start = 0
         for job in jobs:
-            job.done.set_result(outputs[start : start + len(job.src_ids)])
+            answer(job.done.set_result, outputs[start : start + len(job.src_ids)])
             start += len(job.src_ids)
+
+
+def wanted(jobs: list[PendingSearch]) -> list[PendingSearch]:
+    """The jobs whose callers still wait for them."""
+    return [job for job in jobs if not job.done.cancelled()]
+
+
+def answer(setter: Callable[[Any], None], value: Any) -> None:
+    """A job's result or error, unless its caller cancelled it meanwhile."""
+    try:
+        setter(value)
+    except InvalidStateError:
+        pass

@@ -1,7 +1,7 @@
 """Prometheus metrics of a serving process, read at ``GET /metrics`` in Prometheus' text format
 (``prometheus_client``, the format every scraper reads). Torch-free.
 
-The serving code reports through this module's functions (``refused("queue_full")``, ``translated(...)``, ...),
+The serving code reports through this module's functions (``refused(Reason.QUEUE_FULL)``, ``translated(...)``, ...),
 which go to the process's ``Metrics`` once ``enable`` made one, and nowhere before (``aiayn serve --no-metrics``,
 ``aiayn translate``): a caller never checks whether metrics are on. Names and units follow Prometheus' conventions:
 counters end in ``_total``, times are in seconds. docs/serve.md ("Operating it") says what each one means.
@@ -130,7 +130,7 @@ def answered(route: str, status: int, seconds: float) -> None:
 
 
 def refused(reason: str) -> None:
-    """A request refused: ``reason`` one short name (``bad_json``, ``queue_full``, ``draining``, ...)."""
+    """A request refused: ``reason`` a ``limits.Reason`` (``bad_json``, ``queue_full``, ``draining``, ...)."""
     if (m := RECORDER.metrics) is not None:
         m.refusals.labels(reason).inc()
 
@@ -143,10 +143,11 @@ def translated(direction: str, lines: Iterable[Details]) -> None:
         m.tokens.labels(direction).inc(sum(line.tokens for line in found))
 
 
-def waiting(route: str, change: int) -> None:
-    """``change`` more (or fewer) of ``route``'s work accepted and not yet answered."""
+def waiting(route: str, now: int) -> None:
+    """``route``'s work accepted and not yet answered is ``now``, as its one count says (``api.Waiting``,
+    ``operations.Operations``)."""
     if (m := RECORDER.metrics) is not None:
-        m.waiting.labels(route).inc(change)
+        m.waiting.labels(route).set(now)
 
 
 def searched(sentences: int, seconds: float) -> None:

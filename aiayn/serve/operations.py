@@ -28,6 +28,7 @@ from aiayn.serve.access_log import AccessLine, AccessLog
 from aiayn.serve.drain import GRACE_S, Lifecycle
 from aiayn.serve.health import PATHS as HEALTH_PATHS
 from aiayn.serve.health import health_routes, unavailable
+from aiayn.serve.limits import Reason
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -135,6 +136,7 @@ class Operations:
         self.app, self.lifecycle, self.log = app, lifecycle, log
         # A page key → its requests accepted and not yet answered, and when the last joined; the oldest first.
         self.page_events: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self.page_waiting = 0  # their requests together (the ``aiayn_waiting`` gauge's ``route="page"``)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -144,7 +146,7 @@ class Operations:
         method, path = scope["method"], scope["path"]
         kind = kind_of(method, path)
         if self.lifecycle.draining and kind not in (Kind.OPS, Kind.STREAM):
-            metrics.refused("draining")
+            metrics.refused(Reason.DRAINING)
             await unavailable(DRAINING)(scope, receive, send)
             self.ended(method, "(draining)", 503, started, scope)
             return
@@ -180,7 +182,7 @@ class Operations:
             if kind is Kind.STREAM:
                 self.streamed(key)
         if status == 503 and kind in (Kind.JOIN, Kind.CALL):
-            metrics.refused("queue_full")  # Gradio's queue is full (MAX_WAITING)
+            metrics.refused(Reason.PAGE_QUEUE_FULL)  # Gradio's queue is full (page.MAX_WAITING)
         self.ended(method, route_of(scope), status, started, scope, page_text(body) if body else None)
 
     @staticmethod
@@ -197,7 +199,8 @@ class Operations:
         count, _ = self.page_events.pop(key, (0, now))
         self.page_events[key] = (count + 1, now)
         self.lifecycle.accepted()
-        metrics.waiting("page", 1)
+        self.page_waiting += 1
+        metrics.waiting("page", self.page_waiting)
 
     def streamed(self, key: str | None) -> None:
         """A key's stream closed: its requests answered (or abandoned by their client)."""
@@ -208,7 +211,8 @@ class Operations:
         done, _ = self.page_events.pop(key, (0, 0.0))
         if done:
             self.lifecycle.answered(done)
-            metrics.waiting("page", -done)
+            self.page_waiting -= done
+            metrics.waiting("page", self.page_waiting)
 
     def ended(
         self, method: str, route: str, status: int, started: float, scope: Scope, text: list[str] | None = None

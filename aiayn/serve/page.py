@@ -4,6 +4,7 @@ Gradio's public API only. Torch-free."""
 from __future__ import annotations
 
 import html
+import os
 import tempfile
 import threading
 from collections import OrderedDict
@@ -17,6 +18,8 @@ import numpy as np
 from aiayn.core.folder import bundled_models
 from aiayn.search.translator import MAX_BEAM
 from aiayn.serve import metrics
+from aiayn.serve.downloads import Downloads
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason
 from aiayn.serve.requests import (
     BadRequest,
     Direction,
@@ -26,6 +29,7 @@ from aiayn.serve.requests import (
     direction_of,
     directions,
     read_upload,
+    refusal_of,
 )
 from aiayn.serve.service import Attention, LoadedModel, Result, TranslationService
 from aiayn.serve.status import refused_line, status_line
@@ -148,35 +152,34 @@ class Handlers:
 
     service: TranslationService
     served: dict[str, Direction]
-    downloads: Path  # the translated files, each in a folder of its own
+    downloads: Downloads  # the translated files
     recent: RecentResults = field(default_factory=RecentResults)
 
     def translate(self, text: list[Any], direction: list[Any], beam_size: list[Any]) -> tuple[list[str], list[str]]:
         """Translate up to 5000 characters; returns the translation and a line with latency and execution
         provider. A request that cannot be translated gets no translation and a status `not translated: why`."""
-        # Batched (each argument a list, one item a request): Gradio fails a whole batch on an exception, so each
-        # bad request is answered here as its own refusal and the others are translated.
+        # Batched (each argument a list, one item a request): Gradio fails a whole batch on an exception, so whatever
+        # one request raises, checked or translated, is its own refusal and the others are translated.
         requests: list[Request | str] = []  # a checked request, or the status of a refused one
         for inputs in zip(text, direction, beam_size, strict=True):
             try:
                 requests.append(checked(self.served, *inputs))
-            except BadRequest as err:
-                metrics.refused("bad_field")
-                requests.append(refused_line(str(err)))
+            except Exception as err:
+                refused(err, Reason.BAD_FIELD)
+                requests.append(refused_line(refusal_of(err)))
         wanted = [r for r in requests if isinstance(r, Request)]
-        results = iter(self.service.translate_many([(r.text, r.model, r.beam_size) for r in wanted]))
+        results = iter(self.service.translate_each([(r.text, r.model, r.beam_size) for r in wanted]))
         texts, statuses = [], []
         for request in requests:
-            if isinstance(request, str):
-                texts.append("")
-                statuses.append(request)
-            else:
-                result = next(results)
+            result = request if isinstance(request, str) else next(results)
+            if isinstance(request, Request) and isinstance(result, Result):
                 self.recent.put(request, result)
                 value = next(d.value for d in self.served.values() if d.name == request.model)
                 metrics.translated(value, result.lines)
-                texts.append(result.text)
-                statuses.append(status_line(result))
+            elif isinstance(result, Exception):
+                refused(result, Reason.NOT_TRANSLATED)
+            texts.append(result.text if isinstance(result, Result) else "")
+            statuses.append(answer_line(result))
         return texts, statuses
 
     def show_marks(self, text: Any, direction: Any, beam_size: Any) -> list[tuple[str, str | None]]:
@@ -199,17 +202,16 @@ class Handlers:
 
     def translate_file(self, upload: Any, direction: Any, beam_size: Any) -> str | None:
         """Translate an uploaded UTF-8 .txt file line by line into a file to download."""
-        path = upload.get("path") if isinstance(upload, dict) else None  # unprocessed: Gradio's checked upload
+        path = upload.get("path") if isinstance(upload, dict) else None  # unprocessed: the client's word
         if path is None:
             return None  # the upload was cleared
         try:
+            file = uploaded(path)
             chosen, beam = direction_of(self.served, direction), beam_of(beam_size)
-            translated = self.service.translate_file(read_upload(path), chosen.name, beam)
-        except ValueError as err:  # a BadRequest, a file over MAX_FILE_CHARS, a sentence the model cannot take
-            raise user_error(str(err)) from None
-        out = Path(tempfile.mkdtemp(dir=self.downloads)) / f"{Path(path).stem}.{'-'.join(chosen.pair)}.txt"
-        out.write_text(translated + "\n", encoding="utf-8")
-        return str(out)
+            translated = self.service.translate_file(read_upload(file), chosen.name, beam)
+            return str(self.downloads.write(f"{file.stem}.{'-'.join(chosen.pair)}.txt", translated + "\n"))
+        except Exception as err:  # a BadRequest, a file over MAX_FILE_CHARS, a sentence the model cannot take, ...
+            raise user_error(refusal_of(err)) from None
 
     def swap(self, direction: str, source: str, target: str) -> tuple[str, str, str]:
         """The reverse direction, where it is served, with the texts swapped; else nothing changes."""
@@ -223,6 +225,36 @@ class Handlers:
         samples, label = examples_for(model)
         beam = gr.Slider(value=model.search.beam_size)
         return gr.Dataset(samples=[[s] for s in samples], label=label), beam, gr.Radio(heads_of(model)), None
+
+
+def refused(err: Exception, reason: Reason) -> None:
+    """A page request's refusal counted: a bad input's (a ``ValueError``, ``requests.refusal_of``), not a failure
+    of the server's."""
+    if isinstance(err, ValueError):
+        metrics.refused(reason)
+
+
+def answer_line(result: Result | Exception | str) -> str:
+    """The status a request is answered with: its translation's, or the refusal line of what it raised (or was
+    refused with)."""
+    if isinstance(result, Result):
+        return status_line(result)
+    return result if isinstance(result, str) else refused_line(refusal_of(result))
+
+
+def upload_folder() -> Path:
+    """Where Gradio keeps what visitors upload: ``GRADIO_TEMP_DIR``, else the temporary folder's ``gradio`` (its
+    documented default)."""
+    return Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio").resolve()
+
+
+def uploaded(path: Any) -> Path:
+    """The file an upload names, once it is seen to lie in Gradio's upload folder (links followed): the page's
+    events take their inputs unprocessed, so the path is the client's word, and any other file is refused."""
+    file = Path(str(path)).resolve()
+    if not (file.is_relative_to(upload_folder()) and file.is_file()):
+        raise BadRequest("the upload is not a file uploaded to this page; upload it again")
+    return file
 
 
 def cleared() -> tuple[str, str, list[Any], None, str]:
@@ -344,13 +376,16 @@ def wire(c: Components, handlers: Handlers) -> None:
     ).failure(lambda: None, None, c.download, **private)  # no earlier file beside the error
 
 
-def build_app(service: TranslationService, model_names: list[str] | None = None) -> gr.Blocks:
-    """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts."""
+def build_app(
+    service: TranslationService, model_names: list[str] | None = None, limits: Limits = DEFAULT_LIMITS
+) -> gr.Blocks:
+    """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts; its
+    translated files kept as ``limits`` say."""
     names = model_names or list(bundled_models())
     if not names:
         raise FileNotFoundError("no bundled models found; pass --model DIR or add folders under pretrained/")
     served = directions({name: service.model(name) for name in names})
-    handlers = Handlers(service, served, Path(tempfile.mkdtemp(prefix="aiayn-downloads-")))
+    handlers = Handlers(service, served, Downloads(limits))
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         wire(lay_out(served, service.options.variant), handlers)
     # A request beyond MAX_WAITING is refused by Gradio with HTTP 503 and its own message ("Queue is full").

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiayn.engines.options import EngineOptions
 from aiayn.serve.health import check_health
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits
 from aiayn.serve.operations import DEFAULT_OPERATOR, OperatorOptions
 from aiayn.serve.service import Result, TranslationService
 from aiayn.text.sentences import MAX_FILE_CHARS, check_length
@@ -103,9 +104,11 @@ class TranslationReplica:
         """Ray Serve's periodic check: a replica that raises here is replaced."""
         check_health(self.service)
 
-    async def translate_many(self, requests: list[tuple[str, str, int | None]]) -> list[Result]:
+    async def translate_many(
+        self, requests: list[tuple[str, str, int | None]], timeout_s: float | None = None
+    ) -> list[Result]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests)
+        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests, timeout_s)
 
     async def translate_file(self, text: str, model: str, beam_size: int | None) -> str:
         loop = asyncio.get_running_loop()
@@ -134,10 +137,14 @@ class RemoteTranslation(TranslationService):
         except replica_lost():  # Ray's router drops the dead replica: the second call goes to another
             return getattr(self.handle, method).remote(*args).result()
 
-    def translate_many(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result]:
+    def translate_many(
+        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None
+    ) -> list[Result]:
+        """The replica's ``translate_many``, its time limit kept there (its ``TimedOut`` raised here as Ray raises a
+        replica's error: an instance of it)."""
         for text, _, _ in requests:
             check_length(text)
-        results: list[Result] = self.asked("translate_many", list(requests))
+        results: list[Result] = self.asked("translate_many", list(requests), timeout_s)
         return results
 
     def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
@@ -155,18 +162,19 @@ class PageIngress:
         models: list[str] | None,
         options: EngineOptions,
         split_clauses: bool,
-        operator: OperatorOptions,
+        limits: Limits = DEFAULT_LIMITS,
+        operator: OperatorOptions = DEFAULT_OPERATOR,
     ) -> None:
         from aiayn.serve.server import apply_gradio_settings
 
         apply_gradio_settings()
         self.service = RemoteTranslation(translation, options, split_clauses)
-        self.models, self.operator = models, operator
+        self.models, self.limits, self.operator = models, limits, operator
 
     def __serve_build_asgi_app__(self) -> Any:
         from aiayn.serve.server import page_with_routes
 
-        return page_with_routes(self.service, self.models, self.operator)
+        return page_with_routes(self.service, self.models, self.limits, self.operator)
 
     def check_health(self) -> None:
         check_health(self.service)
@@ -213,6 +221,7 @@ class Application:
     scaling: Scaling
     host: str
     port: int
+    limits: Limits = DEFAULT_LIMITS
     operator: OperatorOptions = DEFAULT_OPERATOR
 
 
@@ -234,8 +243,8 @@ def deploy(app: Application) -> None:
         ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
     )(serve.ingress()(PageIngress))
     replicas = translation.bind(app.models or [], app.options, app.split_clauses)
-    bound = page.bind(replicas, app.models, app.options, app.split_clauses, app.operator)
-    serve.run(bound, name=APP_NAME, route_prefix="/")
+    ingress = page.bind(replicas, app.models, app.options, app.split_clauses, app.limits, app.operator)
+    serve.run(ingress, name=APP_NAME, route_prefix="/")
 
 
 def serve_on_ray(address: str | None, app: Application) -> None:

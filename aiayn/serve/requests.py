@@ -4,6 +4,7 @@ directions by their API value, and a request's text, direction and beam size. No
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +15,21 @@ from aiayn.search.translator import beam_size_of
 from aiayn.serve.service import LoadedModel
 from aiayn.text.sentences import MAX_CHARS, check_length
 
+LOG = logging.getLogger(__name__)
+
 
 class BadRequest(ValueError):
     """A request that cannot be answered; its message says what was wrong and is shown as it is."""
+
+
+def refusal_of(err: Exception) -> str:
+    """What a request that raised is told: a bad input's own message (a ``ValueError``: a ``BadRequest``, a text
+    too long, a line the model cannot take), else one line that names the failure, its traceback in the server's
+    log for whoever runs it."""
+    if isinstance(err, ValueError):
+        return str(err)
+    LOG.error("a request failed", exc_info=err)
+    return f"the server failed on this request ({type(err).__name__}); try again, or another text"
 
 
 @dataclass(frozen=True)
@@ -88,10 +101,10 @@ def checked(served: dict[str, Direction], text: Any, direction: Any, beam_size: 
     return Request(text, chosen.name, beam)
 
 
-def read_upload(path: str) -> str:
+def read_upload(path: Path) -> str:
     """An uploaded file's text: UTF-8, with or without a byte order mark."""
     try:
-        return Path(path).read_bytes().decode("utf-8-sig")
+        return path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise BadRequest(
             f"the file is not UTF-8 text (byte {err.start} cannot be read); save it as UTF-8 and upload it again"

@@ -7,11 +7,12 @@ import functools
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from aiayn.core.dependencies import untested_line
 from aiayn.engines.options import DEFAULT_OPTIONS, EngineOptions
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits
 from aiayn.serve.memory import bound_server_memory
 from aiayn.serve.operations import DEFAULT_OPERATOR, OperatorOptions
 
@@ -32,6 +33,17 @@ SESSIONS_KEPT = 100
 # server does not open, its cost growing with the traffic: through Gradio's environment variables it keeps 100,
 # and never summarises them.
 GRADIO_SETTINGS = {"GRADIO_ANALYTICS_MAX_EVENTS": "100", "GRADIO_ANALYTICS_CACHE_FREQUENCY": str(2**62)}
+
+
+LOOPBACK, EVERY_INTERFACE = "127.0.0.1", "0.0.0.0"
+
+
+def space_host(environ: Mapping[str, str] = os.environ) -> str:
+    """Where ``app.py`` listens: every interface where Hugging Face Spaces runs it (its environment names the Space,
+    ``SPACE_ID``, or says ``SYSTEM=spaces``, as Gradio reads it), else this machine alone; a laptop running a Space's
+    folder is not a public server."""
+    on_spaces = bool(environ.get("SPACE_ID")) or environ.get("SYSTEM") == "spaces"
+    return EVERY_INTERFACE if on_spaces else LOOPBACK
 
 
 def port_error(host: str, port: int) -> ValueError:
@@ -58,7 +70,10 @@ def apply_gradio_settings() -> None:
 
 
 def page_with_routes(
-    service: TranslationService, models: list[str] | None, operator: OperatorOptions = DEFAULT_OPERATOR
+    service: TranslationService,
+    models: list[str] | None,
+    limits: Limits = DEFAULT_LIMITS,
+    operator: OperatorOptions = DEFAULT_OPERATOR,
 ) -> FastAPI:
     """The page and the JSON route as one ASGI app for a server of its own (Ray Serve's), with the settings
     ``launch`` gives Gradio's, and the operators' routes and middleware, ready once built."""
@@ -73,9 +88,9 @@ def page_with_routes(
 
     lifecycle = Lifecycle()
     routes, middleware = operated(lifecycle, operator)
-    blocks = build_app(service, models)
+    blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
-    app = FastAPI(routes=[json_route(service), *routes], middleware=middleware)
+    app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready()
     metrics.serving(metrics.models_served(service))
     return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
@@ -113,12 +128,13 @@ def serve(
     share: bool = False,
     options: EngineOptions = DEFAULT_OPTIONS,
     split_clauses: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
     operator: OperatorOptions = DEFAULT_OPERATOR,
 ) -> int:
     """The page and the JSON route over ``models`` (default: the bundled ones) until SIGTERM or Ctrl-C, then
-    drained (``drain.py``), each model with the engine ``options`` say (``TranslationService``); one line on stderr
-    says where. While the models load, the port answers the health routes (``/readyz``: 503) and 503 to the rest.
-    Returns the requests cut by the stop (0: all answered)."""
+    drained (``drain.py``), each model with the engine ``options`` say (``TranslationService``), within ``limits``;
+    one line on stderr says where. While the models load, the port answers the health routes (``/readyz``: 503)
+    and 503 to the rest. Returns the requests cut by the stop (0: all answered)."""
     bound_server_memory()  # before ONNX Runtime's threads start
     from aiayn.serve import metrics
     from aiayn.serve.drain import Lifecycle, serve_until_stopped
@@ -138,8 +154,8 @@ def serve(
         from aiayn.serve.service import TranslationService
 
         service = TranslationService(options, split_clauses)
-        app = build_app(service, models)
-    launch(app, host, port, share, routes=[json_route(service), *routes], middleware=middleware)
+        app = build_app(service, models, limits)
+    launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready()
     metrics.serving(metrics.models_served(service))
     names = ", ".join(service.models)

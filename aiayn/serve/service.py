@@ -9,7 +9,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +39,10 @@ from aiayn.text.sentences import (
 # A translation with fewer tokens than this share of its source's probably left part of it out (on Multi30k val
 # 5% of single captions fall under 0.7 in either direction); sources shorter than SHORT_MIN_SOURCE are not judged.
 SHORT_RATIO, SHORT_MIN_SOURCE = 0.6, 12
+
+
+class TimedOut(Exception):
+    """A request not answered within its time limit; its searches not yet started are dropped."""
 
 
 @dataclass(frozen=True)
@@ -284,20 +288,41 @@ class TranslationService:
                 return_freed_memory()  # what building the engine's graphs took
             return self.models[name]
 
-    def translate_many(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result]:
+    def translate_many(
+        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None
+    ) -> list[Result]:
         """Requests of the page or the API, each (text, model, beam size or None for the folder's), at most
         ``MAX_CHARS`` characters each:
         all handed to their model's batcher before any is waited for, so they are searched together. A sentence
         that cannot be translated (a single word over the token limit) is left out and named in ``refused``.
-        The latency covers the search."""
+        The latency covers the search. Not answered within ``timeout_s`` (None: no limit), ``TimedOut``: the
+        searches are cancelled, and the batcher drops what it has not searched yet."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for text, _, _ in requests:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
         prepared = [(loaded, loaded.prepare(text), beam_size) for loaded, text, beam_size in pending]
-        outputs = [future.result() for future in submit_together(prepared)]
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimedOut(f"not answered within {timeout_s:g} s")
+        futures = submit_together(prepared)
+        if deadline is not None and wait(futures, max(0.0, deadline - time.monotonic())).not_done:
+            for future in futures:
+                future.cancel()
+            raise TimedOut(f"not answered within {timeout_s:g} s")
+        outputs = [future.result() for future in futures]
         latency_ms = milliseconds_since(started)
         return [loaded.assemble(cut, out, latency_ms) for (loaded, cut, _), out in zip(prepared, outputs, strict=True)]
+
+    def translate_each(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result | Exception]:
+        """``translate_many``, each request's failure its own: where the requests together raise, each is asked
+        again alone, and one that still raises gets its exception in its place; the others their results."""
+        try:
+            return list(self.translate_many(requests))
+        except Exception as err:
+            if len(requests) == 1:
+                return [err]
+        return [self.translate_each([request])[0] for request in requests]
 
     def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
         """One request, refused whole if any of its sentences cannot be translated."""

@@ -8,9 +8,12 @@ from typing import Any
 
 import torch
 
+from aiayn.model.weights import UnsafePickle, UnsafeTorch, read_tensor_pickle
+
 
 def save_atomic(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``."""
+    """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``. ``obj`` holds tensors and
+    plain values only (dicts, lists, numbers, text), which is all ``load_checkpoint`` reads back."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -25,13 +28,21 @@ AVERAGE_FIX = "delete it and run the same command with --resume: the other epoch
 
 
 def load_checkpoint(path: Path, fix: str = AVERAGE_FIX) -> dict[str, Any]:
-    """A checkpoint, or an error that names the file and ``fix``, what can be done without it."""
+    """A checkpoint, or an error that names the file and ``fix``, what can be done without it. Read as data only
+    (``read_tensor_pickle``): one from a shared folder that would run code is refused, the code never run."""
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}; start without --resume")
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        state = read_tensor_pickle(path)
+    except UnsafePickle as err:  # it says what the pickle asked for; the file stays, unread
+        raise ValueError(f"checkpoint {err}; {fix}") from None
+    except UnsafeTorch:  # the file may be fine: the fix is a newer torch
+        raise
     except Exception as err:  # a truncated or foreign file: say which and what to do
         raise ValueError(f"checkpoint {path} cannot be read ({err}); {fix}") from err
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint {path} holds a {type(state).__name__}, not a training state; {fix}")
+    return state
 
 
 def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:

@@ -118,7 +118,7 @@ def checkpoint_step(path: Path) -> tuple[int, int] | None:
 
     if not path.is_file():
         return None
-    state = torch.load(path, weights_only=False)  # written to a new name, then renamed: never half a file
+    state = torch.load(path, weights_only=True)  # written to a new name, then renamed: never half a file
     return int(state["step"]), int(state["epoch"])
 
 
@@ -154,7 +154,7 @@ def test_a_run_killed_between_checkpoints_resumes_from_its_folder_losing_only_th
     capsys.readouterr()
     assert main(["train", "--out", str(killed), "--resume"]) == 0
     assert f"resuming from step {step} (epoch 1)" in "".join(capsys.readouterr())
-    a, b = (torch.load(out / "checkpoints" / "last.pt", weights_only=False) for out in (straight, killed))
+    a, b = (torch.load(out / "checkpoints" / "last.pt", weights_only=True) for out in (straight, killed))
     assert a["step"] == b["step"] == steps
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name

@@ -337,7 +337,7 @@ def test_an_imported_folder_serves_as_a_space_from_a_fresh_environment(
     space = tmp_path / "space"
     assert main(["export", str(folder.path), "--to", "space", "--out", str(space)]) == 0
     readme = (space / "README.md").read_text()
-    assert "\nlicense: apache-2.0\n" in readme and "imported from the checkpoint folder checkpoint" in readme
+    assert '\nlicense: "apache-2.0"\n' in readme and "imported from the checkpoint folder checkpoint" in readme
     lines = ["Two dogs play in the snow.", "A man sits on a bench."]
     with serve_space(space_python, space, tmp_path / "space.log") as url:
         for beam in (1, 4):
@@ -549,3 +549,59 @@ def test_fine_tuning_a_target_puts_its_token_before_every_training_source(
     assert ModelFolder.open(out).config.source_prefix == parent.config.source_prefix
     test_files = [str(files["valid", "en"]), str(files["valid", "por"])]
     assert main(["eval", "--model", str(out), "--engine", "onnx", "--test-files", *test_files]) == 0
+
+
+def test_a_hub_import_reads_the_revision_asked_and_records_the_commit_it_read(
+    marian_checkpoint: MakeCheckpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No network: the Hub's download is replaced by one that answers from a cache laid out as the Hub's is."""
+    import huggingface_hub
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / "models--org--opus-mt-en-de" / "snapshots" / commit
+    shutil.copytree(marian_checkpoint("swish", True), snapshot)
+    asked: list[tuple[str, str | None]] = []
+
+    def download(repo_id: str, revision: str | None = None, **_: object) -> str:
+        asked.append((repo_id, revision))
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    out = tmp_path / "model"
+    assert main(["import", "org/opus-mt-en-de", "--revision", "v1.0", "--out", str(out)]) == 0
+    assert asked == [("org/opus-mt-en-de", "v1.0")]
+    imported = ModelFolder.open(out).section("imported")
+    assert (imported["from"], imported["hub"], imported["revision"]) == ("org/opus-mt-en-de", True, commit)
+
+
+def test_a_revision_for_a_local_folder_is_refused_in_one_line(
+    marian_checkpoint: MakeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = marian_checkpoint("swish", True)
+    capsys.readouterr()  # what making the checkpoint printed
+    assert main(["import", str(checkpoint), "--revision", "v1.0", "--out", str(tmp_path / "model")]) == 2
+    assert capsys.readouterr().err == (
+        f"aiayn import: error: --revision picks a commit of a Hub id; {checkpoint} is a folder, read as it is\n"
+    )
+    assert not (tmp_path / "model").exists()
+
+
+def test_a_pytorch_model_bin_that_pickles_code_is_refused_and_never_runs(
+    marian_checkpoint: MakeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str, str]]:
+            return open, (str(marker), "w")
+
+    marker, checkpoint = tmp_path / "ran", tmp_path / "shared"
+    shutil.copytree(marian_checkpoint("swish", True), checkpoint)
+    (checkpoint / "model.safetensors").unlink()
+    torch.save({"model.shared.weight": torch.zeros(2), "config": Payload()}, checkpoint / "pytorch_model.bin")
+    capsys.readouterr()  # what making the checkpoint printed
+    assert main(["import", str(checkpoint), "--out", str(tmp_path / "model")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"aiayn import: error: {checkpoint / 'pytorch_model.bin'} cannot be read as data alone")
+    assert err.endswith("which could run code), so it is refused unread\n") and err.count("\n") == 1
+    assert not marker.exists() and not (tmp_path / "model").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.core.dependencies import TESTED, untested_line
+from aiayn.core.dependencies import SECURITY_FLOORS, TESTED, release_number, untested_line
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENT = re.compile(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*([^;#\s]*)")
@@ -43,6 +43,14 @@ def test_pyproject_and_requirements_say_the_tables_ranges() -> None:
     assert None not in {name for _, name, _ in space}  # the Space installs nothing the table does not range
     sdk = re.search(r"^sdk_version: (\S+)$", (ROOT / "README.md").read_text(encoding="utf-8"), re.MULTILINE)
     assert sdk is not None and TESTED["gradio"].holds(sdk.group(1))
+
+
+def test_the_extras_hold_the_security_floors_torch_above_cve_2025_32434s_fix() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = requirement_ranges([r for extra in project["optional-dependencies"].values() for r in extra])
+    floored = [(distribution, given) for distribution, _, given in extras if distribution in SECURITY_FLOORS]
+    assert floored and all(given == f">={SECURITY_FLOORS[name]}" for name, given in floored), floored
+    assert release_number(SECURITY_FLOORS["torch"]) >= (2, 6)  # weights_only cannot be got around from 2.6 on
 
 
 @pytest.mark.parametrize(

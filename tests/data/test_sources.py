@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,63 @@ def test_a_hugging_face_dataset_saved_to_disk(tmp_path: Path) -> None:
         HFDataset(str(tmp_path / "set"), "validation", "de", "en").describe()
     with pytest.raises(ValueError, match="'translation' has no fr"):
         HFDataset(str(tmp_path / "set"), "train", "fr", "en").describe()
+
+
+class ScriptDataset:
+    """A stand-in for the ``datasets`` package (no network, no install): every Hub name it knows is built by a
+    loading script, which it runs, creating ``marker``, unless told ``trust_remote_code=False``; then it refuses as
+    ``datasets`` does (``message``: 4.x's words, or 2.16-3.x's)."""
+
+    def __init__(self, marker: Path, version: str = "4.0.0", message: str = "") -> None:
+        self.marker, self.__version__, self.calls = marker, version, []
+        self.message = message or "Dataset scripts are no longer supported, but found opus_books.py"
+
+    def load_dataset(self, name: str, config: str | None = None, **options: object) -> object:
+        self.calls.append((name, options))
+        if options.get("trust_remote_code") is not False:
+            self.marker.touch()  # what a script could do
+            return object()
+        raise (RuntimeError if self.__version__.startswith("4") else ValueError)(self.message)
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ("4.0.0", "Dataset scripts are no longer supported, but found opus_books.py"),
+        ("2.16.0", "Loading opus_books requires you to execute the dataset script in that repo on your local machine."),
+        (
+            "3.6.0",
+            "The repository for opus_books contains custom code which must be executed to correctly load the "
+            "dataset.\nPlease pass the argument `trust_remote_code=True` to allow custom code to be run.",
+        ),
+    ],
+)
+def test_a_dataset_built_by_a_loading_script_is_refused_in_one_line_and_never_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, message: str
+) -> None:
+    from aiayn.data.hf_datasets import NO_SCRIPTS, HFDataset
+
+    fake = ScriptDataset(tmp_path / "ran", version, message)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    with pytest.raises(ValueError) as refused:
+        HFDataset("opus_books", "train", "en", "fr", config="en-fr").describe()
+    assert str(refused.value) == f"opus_books is built by a loading script; {NO_SCRIPTS}"
+    assert fake.calls == [("opus_books", {"split": "train", "trust_remote_code": False})]
+    assert not fake.marker.exists()
+
+
+def test_a_script_path_or_a_datasets_that_may_run_scripts_unasked_is_refused_before_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiayn.data.hf_datasets import NO_SCRIPTS, HFDataset
+
+    fake = ScriptDataset(tmp_path / "ran")
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    with pytest.raises(ValueError, match=rf"^evil\.py is a loading script; {re.escape(NO_SCRIPTS)}$"):
+        HFDataset("evil.py", "train", "en", "fr").describe()
+    fake.__version__ = "2.15.0"  # takes no trust_remote_code: a script would run unasked
+    with pytest.raises(
+        ValueError, match=r"^datasets 2\.15\.0 may run a dataset's loading script unasked: pip install "
+    ):
+        HFDataset("opus_books", "train", "en", "fr").describe()
+    assert fake.calls == [] and not fake.marker.exists()

@@ -12,9 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import gradio
 import pytest
+import yaml
 from gradio_client import Client
 
 from aiayn.bench.web import CHROMIUM, chromium
@@ -36,11 +38,11 @@ def export(model: str, out: Path, *flags: str) -> Path:
     return out
 
 
-def front_matter(space: Path) -> dict[str, str]:
+def front_matter(space: Path) -> dict[str, Any]:
     text = (space / "README.md").read_text(encoding="utf-8")
     assert text.startswith("---\n")
-    lines = text.split("---\n")[1].splitlines()
-    return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    front: dict[str, Any] = yaml.safe_load(text.split("\n---\n")[0].removeprefix("---\n"))
+    return front
 
 
 def torch_free_modules() -> list[str]:
@@ -158,7 +160,7 @@ def test_an_imported_folder_names_its_checkpoint_and_licence(tiny_folder: Path, 
     ModelFolder.open(folder).write_section("imported", imported)
     space = export(str(folder), tmp_path / "space")
     card = (space / "README.md").read_text()
-    assert "\nlicense: cc-by-4.0\nmodels:\n  - Org/opus-mt-en-de\n---\n" in card
+    assert '\nlicense: "cc-by-4.0"\nmodels:\n  - "Org/opus-mt-en-de"\n---\n' in card
     assert "imported from Org/opus-mt-en-de (licence cc-by-4.0)" in card
     assert "imported from Org/opus-mt-en-de (licence cc-by-4.0)" in (space / "app.py").read_text()
 

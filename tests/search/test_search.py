@@ -346,6 +346,21 @@ def test_search_settings_bound_every_output_whatever_its_input() -> None:
         SearchSettings(min_len=4, max_len=3)
 
 
+def test_a_length_batch_nobody_waits_for_any_more_is_not_searched() -> None:
+    translator = Translator(NeverEnds(ToyModel.random(vocab=7, seed=1).table), WordLengths(), 100, max_sentences=1)
+    sources = [translator.source_ids(text) for text in ("a bb ccc", "dddd", "e f g h i j k")]
+    asked: list[bool] = []
+
+    def wanted() -> bool:  # only the first length batch (the longest source) is still awaited
+        asked.append(not asked)
+        return asked[-1]
+
+    outputs = translator.outputs(sources, SearchSettings(1, max_len=5), wanted=wanted)
+    assert outputs[:2] == [Output([], 0.0, False, [])] * 2  # not searched: nothing, unended, of no probability
+    assert len(outputs[2].tokens) == 5 and asked == [True, False, False]
+    assert [len(o.tokens) for o in translator.outputs(sources, SearchSettings(1, max_len=5))] == [5, 5, 5]
+
+
 def test_without_settings_a_search_is_the_papers_beam_4_and_alpha_0_6() -> None:
     """Defaults by behaviour, not by signature: other beams and α change some outputs of these random models."""
     models = [ToyModel.random(vocab=9, seed=seed) for seed in range(40)]

@@ -25,9 +25,21 @@ def test_the_length_penalty_is_gnmts_or_hugging_faces() -> None:
 
 def test_a_beam_size_is_a_whole_number_from_1_to_8() -> None:
     assert [beam_size_of(v) for v in (1, 8, 2.0)] == [1, 8, 2]
-    for bad in (True, "2", 2.5, 0, 9, None):
+    for bad in (True, "2", 2.5, 0, 9, None, float("inf"), float("nan")):
         with pytest.raises(ValueError, match=f"^beam size must be a whole number from 1 to 8, got {bad!r}$"):
             beam_size_of(bad)
+    # A request's JSON may hold an integer too large for a float, or text of any length: one short line each.
+    cases = [
+        (10**400, "a whole number of more than 40 digits"),
+        (-(10**40), "a whole number of more than 40 digits"),  # 41 digits
+        (10**39, "1" + "0" * 39),  # 40 digits: written out
+        ("x" * 100, "'" + "x" * 39 + "…"),
+        ("x" * 38, "'" + "x" * 38 + "'"),  # 40 characters: whole
+    ]
+    for bad, shown in cases:
+        with pytest.raises(ValueError) as refused:
+            beam_size_of(bad)
+        assert str(refused.value) == f"beam size must be a whole number from 1 to 8, got {shown}"
 
 
 def test_settings_at_their_limits_hold_and_past_them_say_which() -> None:

@@ -109,16 +109,17 @@ def test_a_bad_request_in_a_batch_gets_its_own_message_and_the_others_their_answ
             finally:
                 connection.close()
 
-        asked = [one(s, 4) for s in SENTENCES] + [one("A dog.", 9), one("x" * 6000, 4), one("A cat.", "abc")]
-        return await asyncio.gather(*asked, return_exceptions=True)
+        bad = [one("A dog.", 9), one("x" * 6000, 4), one("A cat.", "abc"), one("A cow.", 10**400)]
+        return await asyncio.gather(*[one(s, 4) for s in SENTENCES], *bad, return_exceptions=True)
 
-    *good, too_wide, too_long, not_a_number = asyncio.run(together())
+    *good, too_wide, too_long, not_a_number, too_many_digits = asyncio.run(together())
     assert all(isinstance(s, str) and "event: complete" in s and "not translated" not in s for s in good)
     assert "Zwei Hunde spielen im Schnee." in str(good[0])
     for answer, why in [
         (too_wide, "beam size must be a whole number from 1 to 8, got 9"),
         (too_long, "has 6000 characters; at most 5000"),
         (not_a_number, "beam size must be a whole number from 1 to 8, got 'abc'"),
+        (too_many_digits, "beam size must be a whole number from 1 to 8, got a whole number of more than 40 digits"),
     ]:
         assert "event: complete" in str(answer)
         translation, status = json.loads(str(answer).split("data: ")[-1])

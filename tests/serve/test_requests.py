@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from aiayn.serve.requests import BadRequest, Request, beam_of, checked, direction_of, directions, read_upload
+from aiayn.serve.requests import (
+    BadRequest,
+    Request,
+    beam_of,
+    checked,
+    direction_of,
+    directions,
+    read_upload,
+    refusal_of,
+)
 from aiayn.text.sentences import MAX_CHARS
 
 
@@ -51,7 +60,23 @@ def test_a_request_is_checked_once_and_says_what_is_wrong() -> None:
 def test_an_upload_is_utf8_with_or_without_its_mark(tmp_path: Path) -> None:
     path = tmp_path / "lines.txt"
     path.write_bytes("\ufeffÄpfel\n".encode())
-    assert read_upload(str(path)) == "Äpfel\n"
+    assert read_upload(path) == "Äpfel\n"
     path.write_bytes("ab\xe4".encode("latin-1"))
     with pytest.raises(BadRequest, match="^the file is not UTF-8 text \\(byte 2 cannot be read\\); save it as UTF-8"):
-        read_upload(str(path))
+        read_upload(path)
+
+
+def test_a_request_that_raised_is_told_a_bad_inputs_message_or_only_the_kind_of_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert refusal_of(BadRequest("beam size must be a whole number from 1 to 8, got 9")) == (
+        "beam size must be a whole number from 1 to 8, got 9"
+    )
+    assert refusal_of(ValueError("the text has 5001 characters")) == "the text has 5001 characters"
+    assert caplog.records == []  # a bad input is the visitor's: nothing for the server's log
+    assert refusal_of(KeyError("/srv/models/secret")) == (
+        "the server failed on this request (KeyError); try again, or another text"
+    )
+    (record,) = caplog.records
+    assert (record.levelname, record.getMessage()) == ("ERROR", "a request failed") and record.exc_info is not None
+    assert "/srv/models/secret" in caplog.text

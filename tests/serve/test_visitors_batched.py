@@ -46,7 +46,7 @@ def test_sixteen_visitors_at_once_get_their_one_at_a_time_answers(bundled: dict[
 class Failing:
     lanes = 2
 
-    def outputs(self, src_ids: object, settings: object) -> list[object]:
+    def outputs(self, src_ids: object, settings: object, wanted: object) -> list[object]:
         raise ValueError("engine broke")
 
 

@@ -51,7 +51,7 @@ def test_the_trainer_accumulates_and_records_its_precision(tmp_path: Path) -> No
             reverse_corpus(200, 0, "train"),
             reverse_corpus(10, 1, "val"),
         )
-        optimizer = torch.load(folder / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]
+        optimizer = torch.load(folder / CHECKPOINT_DIR / "last.pt", weights_only=True)["optimizer"]
         adam_steps = {int(state["step"]) for state in optimizer["state"].values()}  # one count per parameter
         assert len(adam_steps) == 1
         return json.loads((folder / "training.json").read_text()), adam_steps.pop()

@@ -100,12 +100,12 @@ def test_killed_run_resumes_at_the_right_step_with_identical_weights(tmp_path: P
     # "Kill" after 10 steps (mid-epoch), then resume to the end.
     killed = tmp_path / "killed"
     train(options(killed, epochs=3, max_steps=10), train_data, val)
-    assert torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=False)["step"] == 10
+    assert torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=True)["step"] == 10
     with pytest.raises(FileExistsError, match="--resume"):
         train(options(killed, epochs=3), train_data, val)
     train(options(killed, epochs=3, resume=True), train_data, val)
-    a = torch.load(straight / CHECKPOINT_DIR / "last.pt", weights_only=False)
-    b = torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    a = torch.load(straight / CHECKPOINT_DIR / "last.pt", weights_only=True)
+    b = torch.load(killed / CHECKPOINT_DIR / "last.pt", weights_only=True)
     assert a["step"] == b["step"]
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
@@ -131,13 +131,13 @@ def test_init_from_continues_a_model_folder_where_its_schedule_left_off(tmp_path
     frozen = train(
         options(tmp_path / "frozen", init_from=parent, overrides={}, lr_scale=0.0, max_steps=1), train_data, val
     )
-    start = torch.load(frozen / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
+    start = torch.load(frozen / CHECKPOINT_DIR / "last.pt", weights_only=True)["model"]
     for name, tensor in load_model(parent).state_dict().items():
         assert torch.equal(start[name], tensor), name
 
     child = train(options(tmp_path / "child", init_from=parent, epochs=1, overrides={"dropout": 0.1}), train_data, val)
     assert (child / TOKENIZER_FILE).read_text() == (parent / TOKENIZER_FILE).read_text()
-    state = torch.load(child / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    state = torch.load(child / CHECKPOINT_DIR / "last.pt", weights_only=True)
     steps = state["step"]
     want_lr = learning_rate(parent_steps + steps, TINY["d_model"], 100, 0.3)  # eq. 3 goes on, no new warm-up
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
@@ -148,7 +148,7 @@ def test_init_from_continues_a_model_folder_where_its_schedule_left_off(tmp_path
 
     # A continued run continued again: eq. 3 stands after the parent's and the child's steps.
     grandchild = train(options(tmp_path / "grandchild", init_from=child, overrides={}, max_steps=1), train_data, val)
-    lr = torch.load(grandchild / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    lr = torch.load(grandchild / CHECKPOINT_DIR / "last.pt", weights_only=True)["optimizer"]["param_groups"][0]["lr"]
     assert lr == pytest.approx(learning_rate(parent_steps + steps + 1, TINY["d_model"], 100, 0.3))
 
 
@@ -160,7 +160,7 @@ def test_a_continued_run_keeps_its_parents_schedule_through_a_kill_and_resume(tm
     killed = train(options(tmp_path / "child", epochs=5, max_steps=3, **unset), train_data, val)
     # The same command plus --resume: the run in --out goes on, on the parent's schedule.
     resumed = train(options(killed, epochs=5, max_steps=5, resume=True, **unset), train_data, val)
-    state = torch.load(resumed / CHECKPOINT_DIR / "last.pt", weights_only=False)
+    state = torch.load(resumed / CHECKPOINT_DIR / "last.pt", weights_only=True)
     assert state["step"] == 5 and state["options"]["lr_scale"] == 0.3 and state["options"]["warmup_steps"] == 100
     want_lr = learning_rate(parent_steps + 5, TINY["d_model"], 100, 0.3)
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(want_lr)
@@ -232,7 +232,7 @@ def test_the_cool_down_takes_the_rate_linearly_to_zero_over_the_runs_last_share(
 def test_a_run_cools_down_over_its_last_steps(tmp_path: Path) -> None:
     train_data, val = reverse_corpus(100, 0, "train"), reverse_corpus(10, 1, "val")
     out = train(options(tmp_path / "m", max_steps=10, cooldown=0.5), train_data, val)
-    lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=True)["optimizer"]["param_groups"][0]["lr"]
     # The 10th update, 9 of 10 made before it: a fifth of the way from eq. 3's rate down to zero is left.
     assert lr == pytest.approx(learning_rate(10, TINY["d_model"], 100, 0.3) * 0.2)
 
@@ -244,7 +244,7 @@ def test_a_time_limited_run_cools_down_before_its_limit(tmp_path: Path) -> None:
     record = json.loads((out / TRAINING_RECORD_FILE).read_text())
     fitted = record["fitted_schedule"]
     eq3 = learning_rate(record["steps"], TINY["d_model"], fitted["warmup_steps"], fitted["lr_scale"])
-    lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=False)["optimizer"]["param_groups"][0]["lr"]
+    lr = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=True)["optimizer"]["param_groups"][0]["lr"]
     # The cool-down spans the whole run and is counted in its time (no step bounds it): the last update came
     # after most of the limit was spent (an epoch's validation may have ended it earlier), so well below eq. 3.
     assert 0.0 < lr < 0.9 * eq3

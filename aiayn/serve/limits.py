@@ -1,0 +1,93 @@
+"""What the server takes from a visitor, and how it says no: the JSON route's own limits and the page's translated
+files' in one dataclass (``Limits``, `aiayn serve`'s values as its defaults; ``--max-waiting`` and
+``--request-timeout`` set two of them; a text's characters are ``text.sentences``'), and every refusal of the server
+under one stable reason, which sets the route's answer's status and names it in the server's counts. Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from aiayn.serve.batching import SENTENCES_PER_SEARCH
+from aiayn.text.sentences import MAX_FILE_CHARS
+
+MAX_SENTENCES_PER_REQUEST = SENTENCES_PER_SEARCH  # a request's sentences fit one of the batcher's searches
+MAX_BODY_BYTES = 4 * MAX_FILE_CHARS  # UTF-8 text and JSON escapes of MAX_FILE_CHARS characters
+# Sentences of the JSON route admitted and not yet answered. At the route's measured 200-250 sentences a second on
+# two cores (docs/serve.md) this many are about 20 s of work: 16 requests of 256, or 128 clients' batches of 32, at
+# once; the page's crowd waits in Gradio's queue, not here.
+MAX_WAITING_SENTENCES = 4096
+# Past this a request is answered 503 and its sentences still waiting are dropped from the search (``batching.py``):
+# three times the time the waiting bound's work takes.
+REQUEST_TIMEOUT_S = 60.0
+RETRY_AFTER_S = 10  # what a 503 asks a client to wait before it tries again (``Retry-After``)
+MAX_NUMBER_DIGITS = 18  # a JSON number's digits: every field is small; a longer one is refused before it is an int
+DOWNLOAD_MAX_AGE_S = 3600  # the page's translated files, deleted this long after they were written
+DOWNLOADS_KEPT = 500  # and at most this many of them, ...
+DOWNLOAD_BYTES_KEPT = 256 * 1024 * 1024  # ... at most this many bytes together: the oldest go first
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's limits; the defaults are `aiayn serve`'s."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_sentences: int = MAX_SENTENCES_PER_REQUEST  # per JSON request
+    max_waiting: int = MAX_WAITING_SENTENCES  # sentences of the JSON route waiting or searched at once
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # a JSON request's, from its arrival to its answer
+    retry_after_s: int = RETRY_AFTER_S
+    max_number_digits: int = MAX_NUMBER_DIGITS
+    download_max_age_s: float = DOWNLOAD_MAX_AGE_S
+    downloads_kept: int = DOWNLOADS_KEPT
+    download_bytes_kept: int = DOWNLOAD_BYTES_KEPT
+
+    def __post_init__(self) -> None:
+        if self.max_waiting < self.max_sentences:
+            raise ValueError(
+                f"--max-waiting must be at least {self.max_sentences} (one request's sentences), got {self.max_waiting}"
+            )
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"--request-timeout must be more than 0 seconds, got {self.request_timeout_s}")
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class Reason(StrEnum):
+    """Why the server refused a request: stable names, for its counts (``aiayn_refusals_total``, each refusal
+    counted once: the route's in ``api.refusal``, the page's where it is answered). The JSON route's come first."""
+
+    MEDIA_TYPE = "media_type"  # not sent as application/json
+    TOO_LARGE = "too_large"  # a body over ``max_body_bytes``
+    BAD_JSON = "bad_json"  # not JSON, nested too deep, a number out of range
+    BAD_FIELD = "bad_field"  # JSON, but a field is missing, unknown or wrong
+    NOT_TRANSLATED = "not_translated"  # a line the model cannot take (a single word over the token limit)
+    QUEUE_FULL = "queue_full"  # ``max_waiting`` sentences already wait
+    TIMEOUT = "timeout"  # not answered within ``request_timeout_s``
+    PAGE_QUEUE_FULL = "page_queue_full"  # Gradio's queue of page requests is full (``page.MAX_WAITING``)
+    DRAINING = "draining"  # the process is stopping: any route's new request (``operations.py``)
+
+
+STATUS = {
+    Reason.MEDIA_TYPE: 415,
+    Reason.TOO_LARGE: 413,
+    Reason.BAD_JSON: 400,
+    Reason.BAD_FIELD: 422,
+    Reason.NOT_TRANSLATED: 422,
+    Reason.QUEUE_FULL: 503,
+    Reason.TIMEOUT: 503,
+    Reason.PAGE_QUEUE_FULL: 503,
+    Reason.DRAINING: 503,
+}
+
+
+class Refused(ValueError):
+    """A request the route answers with a 4xx or 503 and one message; ``reason`` names why."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.reason]
