@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -101,6 +101,18 @@ class Metrics:
             f"{PREFIX}_model", "A model served: its engine, device and weights", ["model"], registry=registry
         )
 
+        # Each metric's child for a set of label values, found once: ``labels()`` checks its values and takes a
+        # lock on every call, the middleware's largest cost a request. The values are few (route templates,
+        # statuses, reasons, directions), so the table stays small.
+        self.children: dict[tuple[Any, ...], Any] = {}
+
+    def child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
+        key = (id(metric), *values)
+        found = self.children.get(key)
+        if found is None:
+            found = self.children[key] = metric.labels(*values)
+        return found
+
     def scrape(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -125,29 +137,29 @@ def enable() -> Metrics:
 def answered(route: str, status: int, seconds: float) -> None:
     """An HTTP request ended: its route (the route's template, never the raw path) and status."""
     if (m := RECORDER.metrics) is not None:
-        m.requests.labels(route, str(status)).inc()
-        m.latency.labels(route).observe(seconds)
+        m.child(m.requests, route, str(status)).inc()
+        m.child(m.latency, route).observe(seconds)
 
 
 def refused(reason: str) -> None:
     """A request refused: ``reason`` a ``limits.Reason`` (``bad_json``, ``queue_full``, ``draining``, ...)."""
     if (m := RECORDER.metrics) is not None:
-        m.refusals.labels(reason).inc()
+        m.child(m.refusals, reason).inc()
 
 
 def translated(direction: str, lines: Iterable[Details]) -> None:
     """The lines of one translated request, in ``direction`` (``en-de``)."""
     if (m := RECORDER.metrics) is not None:
         found = list(lines)
-        m.sentences.labels(direction).inc(sum(line.sentences for line in found))
-        m.tokens.labels(direction).inc(sum(line.tokens for line in found))
+        m.child(m.sentences, direction).inc(sum(line.sentences for line in found))
+        m.child(m.tokens, direction).inc(sum(line.tokens for line in found))
 
 
 def waiting(route: str, now: int) -> None:
     """``route``'s work accepted and not yet answered is ``now``, as its one count says (``api.Waiting``,
     ``operations.Operations``)."""
     if (m := RECORDER.metrics) is not None:
-        m.waiting.labels(route).set(now)
+        m.child(m.waiting, route).set(now)
 
 
 def searched(sentences: int, seconds: float) -> None:
