@@ -228,6 +228,25 @@ def answers(url: str) -> bool:
         return False
 
 
+def read_models_info(url: str) -> list[dict[str, str]]:
+    """A page server's operators' routes at ``url`` (ending in /): /healthz and /readyz answer 200, and /metrics,
+    read by prometheus_client's parser, labels each served model (``aiayn_model_info``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for path in ("healthz", "readyz"):
+        with urllib.request.urlopen(f"{url}{path}", timeout=10) as answer:
+            assert answer.status == 200
+    with urllib.request.urlopen(f"{url}metrics", timeout=10) as answer:
+        families = list(text_string_to_metric_families(answer.read().decode()))
+    return [sample.labels for family in families for sample in family.samples if sample.name == "aiayn_model_info"]
+
+
+@pytest.fixture(scope="session")
+def models_info() -> Callable[[str], list[dict[str, str]]]:
+    """``models_info(url)`` — a page server's operators' routes checked, its served models' info labels."""
+    return read_models_info
+
+
 @pytest.fixture(scope="session")
 def serve_page() -> Callable[..., AbstractContextManager[Page]]:
     """``with serve_page(flags, log) as page:`` — `aiayn serve` as a process, for tests through HTTP."""

@@ -35,6 +35,8 @@ REQUESTS_PER_VISITOR = 5  # one after another, each one sentence
 BEAM = 4
 SENTENCES = 100  # distinct test sentences, asked alone first, then cycled through the crowd
 JSON_BATCH, JSON_BATCHES = 32, 20  # the JSON route: one client, batches one after another
+OPERATIONS_ROUNDS = 3  # the metrics' and access log's cost: crowds on a server with them and one without, in turns
+WITHOUT_OPERATIONS = ["--no-metrics", "--no-access-log"]
 HOST = "127.0.0.1"
 
 
@@ -249,12 +251,32 @@ class CliRow:
 
 
 @dataclass(frozen=True)
+class OperationsCost:
+    """The same crowd on `aiayn serve` with its metrics and access log (the defaults) and without, taking turns."""
+
+    visitors: int
+    on: list[CrowdRow]
+    off: list[CrowdRow]
+
+    @property
+    def ratios(self) -> list[float]:
+        """Answered/s with them over without, round by round."""
+        return [a.answered_per_s / b.answered_per_s for a, b in zip(self.on, self.off, strict=True)]
+
+    @property
+    def cpu_ratios(self) -> list[float]:
+        """Server CPU per answer with them over without, round by round."""
+        return [a.server_cpu_ms / b.server_cpu_ms for a, b in zip(self.on, self.off, strict=True)]
+
+
+@dataclass(frozen=True)
 class ServeBench:
     rss_ready_mb: float
     rows: list[CrowdRow]
     json_row: JsonRow
     floor: CrowdRow  # Gradio's own floor under the goal's crowd
     cli: CliRow
+    operations: OperationsCost
 
 
 @contextmanager
@@ -304,12 +326,28 @@ def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] =
         alone = asyncio.run(one_at_a_time(port, sample, direction))
         rows = [asyncio.run(crowd(port, server.pid, n, sample, alone, direction)) for n in visitors]
         json_row = asyncio.run(json_route(port, server.pid, sample, alone, direction))
+    at = FLOOR_VISITORS if FLOOR_VISITORS in visitors else max(visitors)
     with server_process(["aiayn.bench.gradio_floor", "{port}"]) as (port, server):
         echoed = {s: s for s in sample}
-        at = FLOOR_VISITORS if FLOOR_VISITORS in visitors else max(visitors)
         floor = asyncio.run(crowd(port, server.pid, at, sample, echoed, "floor"))
     cli = measure_cli(model, [line for batch in json_batches(sample) for line in batch], alone)
-    return ServeBench(rss_ready, rows, json_row, floor, cli)
+    operations = measure_operations(serve, at, sample, alone, direction)
+    return ServeBench(rss_ready, rows, json_row, floor, cli, operations)
+
+
+def measure_operations(
+    serve: list[str], visitors: int, sentences: list[str], alone: dict[str, str], direction: str
+) -> OperationsCost:
+    """``visitors`` at once on two `aiayn serve` processes, one with its metrics and access log, one without,
+    taking turns (the one asked first alternating), ``OPERATIONS_ROUNDS`` times."""
+    on: list[CrowdRow] = []
+    off: list[CrowdRow] = []
+    with server_process(serve) as with_them, server_process([*serve, *WITHOUT_OPERATIONS]) as without:
+        for round_number in range(OPERATIONS_ROUNDS):
+            turns = [(with_them, on), (without, off)]
+            for (port, server), rows in turns if round_number % 2 == 0 else turns[::-1]:
+                rows.append(asyncio.run(crowd(port, server.pid, visitors, sentences, alone, direction)))
+    return OperationsCost(visitors, on, off)
 
 
 def serve_report(bench: ServeBench) -> str:
@@ -339,5 +377,20 @@ def serve_report(bench: ServeBench) -> str:
         f"`aiayn translate --input` on the same {cli.sentences} lines: {cli.sentences_per_s:.0f} sentences/s "
         f"(its start-up, a one-line file's run, taken out), identical: {'yes' if cli.identical else 'NO'}; "
         f"the JSON route at {j.sentences_per_s / cli.sentences_per_s:.2f}× it (goal ≥ 0.8×)",
+        operations_line(bench.operations),
     ]
     return "\n".join(lines)
+
+
+def operations_line(cost: OperationsCost) -> str:
+    ratios, cpu = sorted(cost.ratios), sorted(cost.cpu_ratios)
+    pairs = zip(cost.on, cost.off, strict=True)
+    rates = " / ".join(f"{a.answered_per_s:.0f} vs {b.answered_per_s:.0f}" for a, b in pairs)
+    answered = all(r.answered == r.requests and r.identical for r in cost.on + cost.off)
+    return (
+        f"metrics and access log on against off ({' '.join(WITHOUT_OPERATIONS)}), {cost.visitors} visitors, "
+        f"{len(ratios)} rounds taking turns: answered/s {rates}; on/off median {statistics.median(ratios):.3f}× "
+        f"({ratios[0]:.3f}–{ratios[-1]:.3f}; goal within 3 %), server CPU per answer on/off median "
+        f"{statistics.median(cpu):.3f}× ({cpu[0]:.3f}–{cpu[-1]:.3f}); every request answered and identical: "
+        f"{'yes' if answered else 'NO'}"
+    )

@@ -27,6 +27,7 @@ from aiayn.text.sentences import split_lines
 if TYPE_CHECKING:
     from aiayn.serve.details import Details
     from aiayn.serve.limits import Limits
+    from aiayn.serve.operations import OperatorOptions
 
 # Lines searched together (batched by length, the batches side by side in the lanes) before their translations are
 # written: a chunk this long keeps both lanes busy across it and batches by length over a wide window (256 was
@@ -167,9 +168,20 @@ def cmd_serve(args: argparse.Namespace) -> None:
         raise UserError(f"{args.ray_flags_given[0]} goes with --ray (Ray Serve's replicas); add --ray")
     from aiayn.serve.server import serve
 
-    limits = serve_limits(args)
-    options = engine_options(args)
-    serve(args.model, args.host, args.port, args.share, options, not args.no_clauses, limits=limits)
+    options, clauses = engine_options(args), not args.no_clauses
+    limits, operator = serve_limits(args), operator_options(args)
+    if serve(args.model, args.host, args.port, args.share, options, clauses, limits=limits, operator=operator):
+        sys.exit(1)  # requests were cut by the stop: stderr says how many
+
+
+def operator_options(args: argparse.Namespace) -> OperatorOptions:
+    """The operators' flags as ``operations.OperatorOptions``."""
+    from aiayn.serve.operations import OperatorOptions
+
+    if not 0 <= args.grace < float("inf"):
+        raise UserError(f"--grace {args.grace:g}: give the seconds to wait, 0 or more")
+    log = None if args.no_access_log else args.log_format
+    return OperatorOptions(not args.no_metrics, log, args.log_text, args.grace)
 
 
 def serve_limits(args: argparse.Namespace) -> Limits:
@@ -191,7 +203,9 @@ def ray_serve(args: argparse.Namespace) -> None:
     args.cores = args.cores or max(1, int(args.cpus_per_replica))
     address = args.ray or None  # --ray alone: a cluster of this machine, started here
     options, limits = engine_options(args), serve_limits(args)
-    app = Application(args.model, options, not args.no_clauses, scaling, args.host, args.port, limits)
+    app = Application(
+        args.model, options, not args.no_clauses, scaling, args.host, args.port, limits, operator_options(args)
+    )
     serve_on_ray(address, app)
 
 
@@ -228,8 +242,32 @@ def add_serve(sub: Any) -> None:
     add_limit_flags(p)
     add_engine_flags(p, engine_help=None)
     add_clauses_flag(p)
+    add_operator_flags(p)
     add_ray_flags(p)
     p.set_defaults(func=cmd_serve)
+
+
+def add_operator_flags(p: argparse.ArgumentParser) -> None:
+    from aiayn.serve.access_log import FORMATS
+    from aiayn.serve.drain import GRACE_S
+
+    ops = p.add_argument_group("operating it (docs/serve.md, Operating it)")
+    ops.add_argument("--no-metrics", action="store_true", help="no Prometheus metrics at GET /metrics")
+    ops.add_argument(
+        "--grace",
+        type=float,
+        default=GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, answer the requests accepted for at most this long, refusing new ones with 503 "
+        "(a second signal stops at once; under --ray, each replica's graceful shutdown)",
+    )
+    ops.add_argument(
+        "--log-format", choices=FORMATS, default="text", help="the access log's lines on stderr: text, or JSON"
+    )
+    ops.add_argument("--no-access-log", action="store_true", help="no access log line per request")
+    ops.add_argument(
+        "--log-text", action="store_true", help="the user's text in the access log (never, without this flag)"
+    )
 
 
 def add_limit_flags(p: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from aiayn.serve import metrics
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
 from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
 from aiayn.serve.service import TimedOut, TranslationService
@@ -123,8 +124,8 @@ def bad_field(message: str) -> Refused:
 
 
 class Waiting:
-    """The sentences the route has admitted and not yet answered, at most ``limit``. The route's handlers all run
-    on the server's one event loop, so a count needs no lock."""
+    """The sentences the route has admitted and not yet answered, at most ``limit`` (the ``aiayn_waiting`` gauge's
+    ``route="json"``). The route's handlers all run on the server's one event loop, so a count needs no lock."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -137,14 +138,18 @@ class Waiting:
                 f"the server is busy: {self.sentences} sentences wait (at most {self.limit}); try again shortly",
             )
         self.sentences += count
+        metrics.waiting("json", self.sentences)
 
     def leave(self, count: int) -> None:
         self.sentences -= count
+        metrics.waiting("json", self.sentences)
 
 
 def refusal(refused: Refused, limits: Limits, unread: bool = False) -> JSONResponse:
-    """A refusal's answer: its status and one message; a 503 says when to try again, and one refused before its
-    body was read whole (``unread``) closes the connection, so that the server reads no more of it."""
+    """A refusal's answer, and the route's one place that counts it (``aiayn_refusals_total`` by its reason): its
+    status and one message; a 503 says when to try again, and one refused before its body was read whole
+    (``unread``) closes the connection, so that the server reads no more of it."""
+    metrics.refused(refused.reason)
     headers = {"Retry-After": str(limits.retry_after_s)} if refused.status == 503 else {}
     if unread:
         headers["Connection"] = "close"
@@ -167,6 +172,7 @@ def json_route(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
         served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
         try:
             sentences, direction, beam = parsed(body, served, limits)
+            request.state.sentences, request.state.text = len(sentences), sentences  # the access log's
             waiting.admit(len(sentences))
         except Refused as refused:
             return refusal(refused, limits)
@@ -196,5 +202,7 @@ def translated(
         index, line, why = refused[0]
         raise Refused(Reason.NOT_TRANSLATED, f"sentences[{index}], line {line + 1}: {why}")
     translations: list[Any] = [result.text for result in results]
-    details = [result.details().as_json() for result in results]
+    told = [result.details() for result in results]
+    metrics.translated(direction.value, told)
+    details = [one.as_json() for one in told]
     return {"translations": translations, "details": details, "direction": direction.value, "beam": beam}

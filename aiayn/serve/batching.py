@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
+from aiayn.serve import metrics
 from aiayn.serve.memory import Trimmer
 
 # The searches' arrays handed back (else kept by malloc at the size of the largest batch): one trimmer for every
@@ -96,12 +98,15 @@ class SearchBatcher:
         def awaited() -> bool:
             return not all(job.done.cancelled() for job in jobs)
 
+        sentences = [ids for job in jobs for ids in job.src_ids]
+        started = time.perf_counter()
         try:
-            outputs = self.translator.outputs([ids for job in jobs for ids in job.src_ids], settings, wanted=awaited)
+            outputs = self.translator.outputs(sentences, settings, wanted=awaited)
         except Exception as err:  # handed to the waiting requests, which raise it in their own threads
             for job in jobs:
                 answer(job.done.set_exception, err)
             return
+        metrics.searched(len(sentences), time.perf_counter() - started)
         start = 0
         for job in jobs:
             answer(job.done.set_result, outputs[start : start + len(job.src_ids)])

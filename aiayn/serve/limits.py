@@ -1,7 +1,7 @@
 """What the server takes from a visitor, and how it says no: the JSON route's own limits and the page's translated
 files' in one dataclass (``Limits``, `aiayn serve`'s values as its defaults; ``--max-waiting`` and
-``--request-timeout`` set two of them; a text's characters are ``text.sentences``'), and every refusal of the route
-under one stable reason, which sets its answer's status and names it in the server's counts. Torch-free."""
+``--request-timeout`` set two of them; a text's characters are ``text.sentences``'), and every refusal of the server
+under one stable reason, which sets the route's answer's status and names it in the server's counts. Torch-free."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ DEFAULT_LIMITS = Limits()
 
 
 class Reason(StrEnum):
-    """Why the route refused a request: stable names, for its counts."""
+    """Why the server refused a request: stable names, for its counts (``aiayn_refusals_total``, each refusal
+    counted once: the route's in ``api.refusal``, the page's where it is answered). The JSON route's come first."""
 
     MEDIA_TYPE = "media_type"  # not sent as application/json
     TOO_LARGE = "too_large"  # a body over ``max_body_bytes``
@@ -63,6 +64,8 @@ class Reason(StrEnum):
     NOT_TRANSLATED = "not_translated"  # a line the model cannot take (a single word over the token limit)
     QUEUE_FULL = "queue_full"  # ``max_waiting`` sentences already wait
     TIMEOUT = "timeout"  # not answered within ``request_timeout_s``
+    PAGE_QUEUE_FULL = "page_queue_full"  # Gradio's queue of page requests is full (``page.MAX_WAITING``)
+    DRAINING = "draining"  # the process is stopping: any route's new request (``operations.py``)
 
 
 STATUS = {
@@ -73,6 +76,8 @@ STATUS = {
     Reason.NOT_TRANSLATED: 422,
     Reason.QUEUE_FULL: 503,
     Reason.TIMEOUT: 503,
+    Reason.PAGE_QUEUE_FULL: 503,
+    Reason.DRAINING: 503,
 }
 
 

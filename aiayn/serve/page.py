@@ -17,8 +17,9 @@ import numpy as np
 
 from aiayn.core.folder import bundled_models
 from aiayn.search.translator import MAX_BEAM
+from aiayn.serve import metrics
 from aiayn.serve.downloads import Downloads
-from aiayn.serve.limits import DEFAULT_LIMITS, Limits
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason
 from aiayn.serve.requests import (
     BadRequest,
     Direction,
@@ -164,6 +165,7 @@ class Handlers:
             try:
                 requests.append(checked(self.served, *inputs))
             except Exception as err:
+                refused(err, Reason.BAD_FIELD)
                 requests.append(refused_line(refusal_of(err)))
         wanted = [r for r in requests if isinstance(r, Request)]
         results = iter(self.service.translate_each([(r.text, r.model, r.beam_size) for r in wanted]))
@@ -172,6 +174,10 @@ class Handlers:
             result = request if isinstance(request, str) else next(results)
             if isinstance(request, Request) and isinstance(result, Result):
                 self.recent.put(request, result)
+                value = next(d.value for d in self.served.values() if d.name == request.model)
+                metrics.translated(value, result.lines)
+            elif isinstance(result, Exception):
+                refused(result, Reason.NOT_TRANSLATED)
             texts.append(result.text if isinstance(result, Result) else "")
             statuses.append(answer_line(result))
         return texts, statuses
@@ -219,6 +225,13 @@ class Handlers:
         samples, label = examples_for(model)
         beam = gr.Slider(value=model.search.beam_size)
         return gr.Dataset(samples=[[s] for s in samples], label=label), beam, gr.Radio(heads_of(model)), None
+
+
+def refused(err: Exception, reason: Reason) -> None:
+    """A page request's refusal counted: a bad input's (a ``ValueError``, ``requests.refusal_of``), not a failure
+    of the server's."""
+    if isinstance(err, ValueError):
+        metrics.refused(reason)
 
 
 def answer_line(result: Result | Exception | str) -> str:

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiayn.engines.options import EngineOptions
+from aiayn.serve.health import check_health
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits
+from aiayn.serve.operations import DEFAULT_OPERATOR, OperatorOptions
 from aiayn.serve.service import Result, TranslationService
 from aiayn.text.sentences import MAX_FILE_CHARS, check_length
 
@@ -98,6 +100,10 @@ class TranslationReplica:
         # Each request waits for its search in a thread of its own, so that the batcher sees them all at once.
         self.waiting = ThreadPoolExecutor(MAX_ONGOING, thread_name_prefix="aiayn-request")
 
+    def check_health(self) -> None:
+        """Ray Serve's periodic check: a replica that raises here is replaced."""
+        check_health(self.service)
+
     async def translate_many(
         self, requests: list[tuple[str, str, int | None]], timeout_s: float | None = None
     ) -> list[Result]:
@@ -157,17 +163,21 @@ class PageIngress:
         options: EngineOptions,
         split_clauses: bool,
         limits: Limits = DEFAULT_LIMITS,
+        operator: OperatorOptions = DEFAULT_OPERATOR,
     ) -> None:
         from aiayn.serve.server import apply_gradio_settings
 
         apply_gradio_settings()
         self.service = RemoteTranslation(translation, options, split_clauses)
-        self.models, self.limits = models, limits
+        self.models, self.limits, self.operator = models, limits, operator
 
     def __serve_build_asgi_app__(self) -> Any:
         from aiayn.serve.server import page_with_routes
 
-        return page_with_routes(self.service, self.models, self.limits)
+        return page_with_routes(self.service, self.models, self.limits, self.operator)
+
+    def check_health(self) -> None:
+        check_health(self.service)
 
 
 def reachable(address: str) -> None:
@@ -212,6 +222,7 @@ class Application:
     host: str
     port: int
     limits: Limits = DEFAULT_LIMITS
+    operator: OperatorOptions = DEFAULT_OPERATOR
 
 
 def deploy(app: Application) -> None:
@@ -221,14 +232,18 @@ def deploy(app: Application) -> None:
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # this process's line says where; errors still show
     serve.start(http_options={"host": app.host, "port": app.port}, logging_config=QUIET)
-    translation = serve.deployment(name="Translation", **app.scaling.deployment_options())(TranslationReplica)
+    grace = app.operator.grace_s  # a replica stopped answers the requests it holds first, for at most this long
+    translation = serve.deployment(
+        name="Translation", graceful_shutdown_timeout_s=grace, **app.scaling.deployment_options()
+    )(TranslationReplica)
     page = serve.deployment(
         name="Page",
         max_ongoing_requests=PAGE_MAX_ONGOING,
+        graceful_shutdown_timeout_s=grace,
         ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
     )(serve.ingress()(PageIngress))
     replicas = translation.bind(app.models or [], app.options, app.split_clauses)
-    ingress = page.bind(replicas, app.models, app.options, app.split_clauses, app.limits)
+    ingress = page.bind(replicas, app.models, app.options, app.split_clauses, app.limits, app.operator)
     serve.run(ingress, name=APP_NAME, route_prefix="/")
 
 

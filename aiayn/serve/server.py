@@ -3,6 +3,7 @@ one port, with the process's memory bounded first. Torch-free."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -13,10 +14,12 @@ from aiayn.core.dependencies import untested_line
 from aiayn.engines.options import DEFAULT_OPTIONS, EngineOptions
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits
 from aiayn.serve.memory import bound_server_memory
+from aiayn.serve.operations import DEFAULT_OPERATOR, OperatorOptions
 
 if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded: ONNX Runtime starts a thread
     import gradio as gr
     from fastapi import FastAPI
+    from starlette.middleware import Middleware
     from starlette.routing import BaseRoute
 
     from aiayn.serve.service import TranslationService
@@ -66,18 +69,30 @@ def apply_gradio_settings() -> None:
         os.environ.setdefault(name, value)
 
 
-def page_with_routes(service: TranslationService, models: list[str] | None, limits: Limits = DEFAULT_LIMITS) -> FastAPI:
+def page_with_routes(
+    service: TranslationService,
+    models: list[str] | None,
+    limits: Limits = DEFAULT_LIMITS,
+    operator: OperatorOptions = DEFAULT_OPERATOR,
+) -> FastAPI:
     """The page and the JSON route as one ASGI app for a server of its own (Ray Serve's), with the settings
-    ``launch`` gives Gradio's."""
+    ``launch`` gives Gradio's, and the operators' routes and middleware, ready once built."""
     import gradio as gr
     from fastapi import FastAPI
 
+    from aiayn.serve import metrics
     from aiayn.serve.api import json_route
+    from aiayn.serve.drain import Lifecycle
+    from aiayn.serve.operations import operated
     from aiayn.serve.page import build_app
 
+    lifecycle = Lifecycle()
+    routes, middleware = operated(lifecycle, operator)
     blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
-    app = FastAPI(routes=[json_route(service, limits)])
+    app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
+    lifecycle.ready()
+    metrics.serving(metrics.models_served(service))
     return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
 
 
@@ -87,9 +102,10 @@ def launch(
     port: int = 7860,
     share: bool = False,
     routes: Sequence[BaseRoute] = (),
+    middleware: Sequence[Middleware] = (),
 ) -> None:
-    """Serve the page, and ``routes`` beside it (``api.json_route``); returns once the server is up. A port in use
-    is one clear error."""
+    """Serve the page, and ``routes`` beside it (``api.json_route``), through ``middleware``
+    (``operations.operated``); returns once the server is up. A port in use is one clear error."""
     try:
         app.launch(
             server_name=host,
@@ -99,7 +115,7 @@ def launch(
             prevent_thread_lock=True,
             quiet=True,
             state_session_capacity=SESSIONS_KEPT,
-            app_kwargs={"routes": list(routes)},
+            app_kwargs={"routes": list(routes), "middleware": list(middleware)},
         )
     except OSError:  # Gradio's "Cannot find empty port", whatever the cause
         raise port_error(host, port) from None
@@ -113,22 +129,35 @@ def serve(
     options: EngineOptions = DEFAULT_OPTIONS,
     split_clauses: bool = True,
     limits: Limits = DEFAULT_LIMITS,
-) -> None:
-    """The page and the JSON route over ``models`` (default: the bundled ones) until Ctrl-C, each model with the
-    engine ``options`` say (``TranslationService``), within ``limits``; one line on stderr says where."""
+    operator: OperatorOptions = DEFAULT_OPERATOR,
+) -> int:
+    """The page and the JSON route over ``models`` (default: the bundled ones) until SIGTERM or Ctrl-C, then
+    drained (``drain.py``), each model with the engine ``options`` say (``TranslationService``), within ``limits``;
+    one line on stderr says where. While the models load, the port answers the health routes (``/readyz``: 503)
+    and 503 to the rest. Returns the requests cut by the stop (0: all answered)."""
     bound_server_memory()  # before ONNX Runtime's threads start
-    from aiayn.serve.api import json_route
-    from aiayn.serve.page import build_app
-    from aiayn.serve.service import TranslationService
+    from aiayn.serve import metrics
+    from aiayn.serve.drain import Lifecycle, serve_until_stopped
+    from aiayn.serve.health import LoadingServer
+    from aiayn.serve.operations import operated
 
     apply_gradio_settings()
     warning = untested_line()  # the page leans on how Gradio batches, bounds its queue and keeps sessions
     if warning:
         print(warning, file=sys.stderr)
     check_port(host, port)
-    service = TranslationService(options, split_clauses)
-    app = build_app(service, models, limits)
-    launch(app, host, port, share, routes=[json_route(service, limits)])
+    lifecycle = Lifecycle()
+    routes, middleware = operated(lifecycle, operator)
+    with LoadingServer(lifecycle, host, port):  # answering before Gradio and ONNX Runtime are even imported
+        from aiayn.serve.api import json_route
+        from aiayn.serve.page import build_app
+        from aiayn.serve.service import TranslationService
+
+        service = TranslationService(options, split_clauses)
+        app = build_app(service, models, limits)
+    launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
+    lifecycle.ready()
+    metrics.serving(metrics.models_served(service))
     names = ", ".join(service.models)
     first = next(iter(service.models.values()))
     public = f" and {app.share_url}" if app.share_url else ""
@@ -138,4 +167,4 @@ def serve(
         f"serving {names} ({options.variant} weights) with ONNX Runtime on {first.provider} ({engine}) at {where}",
         file=sys.stderr,
     )
-    app.block_thread()  # until Ctrl-C
+    return serve_until_stopped(lifecycle, operator.grace_s, functools.partial(app.close, verbose=False))

@@ -26,6 +26,7 @@ def test_an_event_stream_gives_its_answer_or_its_error() -> None:
 
 def test_a_small_crowd_is_measured_and_reported(bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aiayn.bench.crowd, "JSON_BATCHES", 2)
+    monkeypatch.setattr(aiayn.bench.crowd, "OPERATIONS_ROUNDS", 2)
     sentences = ["Two dogs play in the snow.", "A girl jumps into the pool.", "A black cat sleeps on the sofa."]
     bench = measure_crowds("en-de", sentences, visitors=(4,))
     (row,) = bench.rows
@@ -40,3 +41,8 @@ def test_a_small_crowd_is_measured_and_reported(bundled: dict[str, Path], monkey
     assert "| 4 | " in report and "| 0 of 20 |" in report and "sentences/s" in report
     assert "| 4, Gradio's floor |" in report and "its server CPU per answer (goal ≤ 2.5×)" in report
     assert "the JSON route at" in report and "(goal ≥ 0.8×)" in report
+    cost = bench.operations  # the same crowd with the metrics and access log and without, in turns
+    assert cost.visitors == 4 and len(cost.on) == len(cost.off) == 2 and all(r > 0 for r in cost.ratios)
+    assert all(r.answered == 20 and r.identical for r in cost.on + cost.off)
+    assert "metrics and access log on against off (--no-metrics --no-access-log), 4 visitors, 2 rounds" in report
+    assert all(r > 0 for r in cost.cpu_ratios) and "server CPU per answer on/off median" in report

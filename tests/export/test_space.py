@@ -197,9 +197,13 @@ def served(
         yield variant, url
 
 
-def test_the_space_serves_from_a_fresh_environment_as_translate(served: tuple[str, str]) -> None:
+def test_the_space_serves_from_a_fresh_environment_as_translate(
+    served: tuple[str, str], models_info: Callable[[str], list[dict[str, str]]]
+) -> None:
     variant, url = served
     assert_answers_as_translate(url, "en-de", "en-de", SENTENCES, variant)
+    models = models_info(url)  # the operators' routes, with the Space's own requirements
+    assert [(m["direction"], m["variant"], m["device"]) for m in models] == [("en-de", variant, "CPUExecutionProvider")]
 
 
 @pytest.mark.skipif(

@@ -67,7 +67,8 @@ class Answer:
         self.text, self.refused = text, refused
 
     def details(self) -> Any:
-        return SimpleNamespace(as_json=lambda: {"characters": len(self.text)})
+        as_json = {"characters": len(self.text)}
+        return SimpleNamespace(as_json=lambda: as_json, sentences=1, tokens=len(self.text.split()) + 1)
 
 
 class Shouting:

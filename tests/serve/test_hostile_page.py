@@ -19,6 +19,7 @@ from test_api_body import served
 import aiayn.serve.page
 import aiayn.serve.server
 from aiayn.export.space import APP
+from aiayn.serve import metrics
 from aiayn.serve.downloads import PREFIX, Downloads
 from aiayn.serve.limits import Limits
 from aiayn.serve.page import Handlers
@@ -65,6 +66,7 @@ def test_whatever_one_request_raises_is_its_refusal_and_its_batch_mates_are_answ
         return checked(served, text, direction, beam_size)
 
     monkeypatch.setattr(aiayn.serve.page, "checked", picky)
+    monkeypatch.setattr(metrics.RECORDER, "metrics", counted := metrics.Metrics())
     service = Fragile()
     texts, statuses = handlers(service).translate(
         ["A dog.", "boom", "odd", "A cat.", "x", "y", "z" * 5001],
@@ -85,6 +87,15 @@ def test_whatever_one_request_raises_is_its_refusal_and_its_batch_mates_are_answ
     # The three searchable ones asked together; once that failed, each alone.
     assert service.calls == [["A dog.", "boom", "A cat."], ["A dog."], ["boom"], ["A cat."]]
     assert "the engine broke" in caplog.text and "KeyError" in caplog.text  # the tracebacks, for whoever runs it
+    # The three bad inputs counted as refusals, each once; the server's own failures are not the visitors' fault.
+    refusals = {
+        sample.labels["reason"]: sample.value
+        for family in counted.registry.collect()
+        if family.name == "aiayn_refusals"
+        for sample in family.samples
+        if sample.name == "aiayn_refusals_total"
+    }
+    assert refusals == {"bad_field": 3}
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from test_api_body import Answer, Shouting, body
 
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings
+from aiayn.serve import metrics
 from aiayn.serve.api import PATH, json_route
 from aiayn.serve.batching import SearchBatcher
 from aiayn.serve.limits import DEFAULT_LIMITS, MAX_BODY_BYTES, STATUS, Limits, Reason
@@ -49,6 +50,8 @@ def test_each_refusal_has_a_stable_reason_and_its_status() -> None:
         "not_translated": 422,
         "queue_full": 503,
         "timeout": 503,
+        "page_queue_full": 503,
+        "draining": 503,
     }
     assert set(STATUS) == set(Reason)
 
@@ -200,6 +203,52 @@ def test_beyond_the_waiting_sentences_a_request_is_refused_with_503_and_retry_af
             assert fits.result().status_code == 200
             too_many = route.post(PATH, content=body(sentences=["c"] * 257), headers=JSON)  # refused, never counted
             assert too_many.status_code == 422 and "retry-after" not in too_many.headers
+
+
+@pytest.fixture
+def counted() -> Iterator[metrics.Metrics]:
+    """The process's metrics, a fresh registry of them, for one test."""
+    fresh = metrics.RECORDER.metrics = metrics.Metrics()
+    try:
+        yield fresh
+    finally:
+        metrics.RECORDER.metrics = None
+
+
+def test_each_refusal_is_counted_once_under_its_reason_and_the_waiting_gauge_follows_the_sentences(
+    counted: metrics.Metrics,
+) -> None:
+    def count(reason: str) -> float:
+        return counted.registry.get_sample_value("aiayn_refusals_total", {"reason": reason}) or 0.0
+
+    def waiting() -> float | None:
+        return counted.registry.get_sample_value("aiayn_waiting", {"route": "json"})
+
+    service, limits = Held(), Limits(max_waiting=300)
+    service.release.set()
+    with client(service, limits) as route, ThreadPoolExecutor(1) as pool:
+        sent = [
+            route.post(PATH, content=body(sentences=["a"]), headers={"content-type": "text/plain"}),
+            route.post(PATH, content=b" " * (MAX_BODY_BYTES + 1), headers=JSON),
+            route.post(PATH, content=b"{not json", headers=JSON),
+            route.post(PATH, content=body(sentences=["a"], colour=1), headers=JSON),
+            route.post(PATH, content=body(sentences=["a!"]), headers=JSON),
+        ]
+        assert [answer.status_code for answer in sent] == [415, 413, 400, 422, 422]
+        assert waiting() == 0  # the refused line's sentence was admitted, and left
+        service.held, service.release = threading.Semaphore(0), threading.Event()
+        held = pool.submit(route.post, PATH, content=body(sentences=["b"] * 256), headers=JSON)
+        assert service.held.acquire(timeout=10) and waiting() == 256
+        assert route.post(PATH, content=body(sentences=["c"] * 45), headers=JSON).status_code == 503
+        service.release.set()
+        assert held.result().status_code == 200 and waiting() == 0
+    stalled = client(Stalled(), limits).post(PATH, content=body(sentences=["a"]), headers=JSON)
+    assert stalled.status_code == 503
+    reasons = ["media_type", "too_large", "bad_json", "bad_field", "not_translated", "queue_full", "timeout"]
+    assert {reason: count(reason) for reason in reasons} == dict.fromkeys(reasons, 1.0)
+    assert count("page_queue_full") == count("draining") == 0
+    translated = counted.registry.get_sample_value("aiayn_translated_sentences_total", {"direction": "en-de"})
+    assert translated == 256  # the refused request's line is not counted as translated
 
 
 def test_the_waiting_bound_holds_one_request_at_least() -> None:

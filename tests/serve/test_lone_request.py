@@ -28,9 +28,11 @@ def test_a_lone_requests_sentences_are_searched_in_one_search(
     searched: list[int] = []
     search = Translator.outputs
 
-    def outputs(self: Translator, src_ids: Sequence[Sequence[int]], settings: SearchSettings, *args: Any) -> Any:
+    def outputs(
+        self: Translator, src_ids: Sequence[Sequence[int]], settings: SearchSettings, *args: Any, **kwargs: Any
+    ) -> Any:
         searched.append(len(src_ids))
-        return search(self, src_ids, settings, *args)
+        return search(self, src_ids, settings, *args, **kwargs)
 
     def slow_prepare(self: LoadedModel, text: str | list[str]) -> Prepared:
         time.sleep(0.02)  # a long text takes a while to cut: the batcher's worker is awake before the next is cut

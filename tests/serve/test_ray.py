@@ -17,8 +17,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,6 +190,29 @@ def test_a_replica_killed_under_load_loses_no_request(served: int, expected: dic
     while len(set(replicas("Translation")) - {victim}) < 2 and time.monotonic() < deadline:
         time.sleep(1)
     assert len(set(replicas("Translation")) - {victim}) == 2  # Ray replaced it
+
+
+def test_the_operators_routes_answer_through_the_proxy(
+    served: int, models_info: Callable[[str], list[dict[str, str]]]
+) -> None:
+    models = models_info(f"http://127.0.0.1:{served}/")
+    assert [(m["model"], m["direction"], m["variant"]) for m in models] == [("en-de", "en-de", "fp32")]
+
+
+def test_the_replicas_answer_ray_serves_health_check(bundled: dict[str, Path]) -> None:
+    from aiayn.serve.ray_serve import TranslationReplica
+
+    replica = TranslationReplica(["en-de"], EngineOptions(device="cpu"), True)
+    replica.check_health()
+    replica.service.translate("Two dogs play in the snow.", "en-de")  # its search workers started
+    replica.check_health()
+    batcher = replica.service.models["en-de"].batcher
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    batcher.workers.append(dead)
+    with pytest.raises(RuntimeError, match="en-de: a search worker thread has died"):
+        replica.check_health()
 
 
 def test_the_pages_api_answers_through_the_proxy(served: int, expected: dict[str, str]) -> None:

@@ -1,0 +1,225 @@
+"""What operators get around every request of the page server, as one ASGI middleware: the drain's gate (new
+requests refused with 503 and ``Retry-After`` while draining), the work in flight counted for the drain and the
+``waiting`` gauge, the request metrics and the access log. Torch-free.
+
+A page request is two HTTP requests in Gradio's protocol: one joins Gradio's queue (``POST /gradio_api/queue/join``,
+keyed by its session, or ``POST /gradio_api/call/NAME``, keyed by the event id it answers), then a stream sends
+the answer (``GET /gradio_api/queue/data?session_hash=KEY`` or ``GET /gradio_api/call/NAME/KEY``), closing once
+every event of its key is complete. A page request is accepted when its join is answered 200, and answered when
+its key's stream closes; while draining, streams still open, so that accepted requests get their answers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from aiayn.serve import metrics
+from aiayn.serve.access_log import AccessLine, AccessLog
+from aiayn.serve.drain import GRACE_S, Lifecycle
+from aiayn.serve.health import PATHS as HEALTH_PATHS
+from aiayn.serve.health import health_routes, unavailable
+from aiayn.serve.limits import Reason
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+GRADIO_API = "/gradio_api"
+# A page request joined whose stream never opened within this long is taken as abandoned by its client (Gradio
+# answers it all the same): its key is forgotten, so that a client that only joins cannot grow the table or hold
+# a drain. A request accepted waits at most about 30 s of work in Gradio's queue (page.MAX_WAITING).
+ABANDONED_S = 300.0
+OPS_PATHS = (*HEALTH_PATHS, metrics.PATH)
+DRAINING = "draining: this server is stopping; ask again (another replica, or this one restarted)"
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """`aiayn serve`'s settings for the people who run it."""
+
+    metrics: bool = True  # GET /metrics, and the counting behind it
+    access_log: str | None = "text"  # access_log.FORMATS, or None: no access log
+    log_text: bool = False  # the user's text in the access log
+    grace_s: float = GRACE_S
+
+
+DEFAULT_OPERATOR = OperatorOptions()
+
+
+class Kind(Enum):
+    OPS = "ops"  # health and metrics: never refused, never counted as work
+    JOIN = "join"  # a page request joining Gradio's queue, keyed by its session
+    CALL = "call"  # a page request joining Gradio's queue by its API name, keyed by the event id answered
+    STREAM = "stream"  # a page request's answer
+    WORK = "work"  # anything else: the JSON route, an upload, the page's files
+
+
+def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseRoute], list[Middleware]]:
+    """The health routes and ``/metrics`` (unless turned off), and the middleware, for the page server's app."""
+    routes: list[BaseRoute] = list(health_routes(lifecycle))
+    if options.metrics:
+        routes.append(metrics.metrics_route(metrics.enable()))
+    log = AccessLog(options.access_log, options.log_text) if options.access_log is not None else None
+    return routes, [Middleware(Operations, lifecycle=lifecycle, log=log)]
+
+
+def kind_of(method: str, path: str) -> Kind:
+    if path in OPS_PATHS:
+        return Kind.OPS
+    if not path.startswith(GRADIO_API):
+        return Kind.WORK
+    parts = path[len(GRADIO_API) :].strip("/").split("/")
+    if parts == ["queue", "join"] and method == "POST":
+        return Kind.JOIN
+    if parts[0] == "call" and method == "POST":
+        return Kind.CALL
+    if (parts == ["queue", "data"] or (parts[0] == "call" and len(parts) >= 3)) and method == "GET":
+        return Kind.STREAM
+    return Kind.WORK
+
+
+async def read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """A request's body (a page join's: small), and a ``receive`` that hands it to the app again."""
+    messages = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body"):
+            break
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    replay = iter(messages)
+
+    async def replayed() -> Message:
+        return next(replay, None) or await receive()
+
+    return body, replayed
+
+
+def json_field(body: bytes, name: str) -> Any:
+    try:
+        found = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return found.get(name) if isinstance(found, dict) else None
+
+
+def page_text(body: bytes) -> list[str] | None:
+    """The text a page request sent (the first of its inputs), for ``--log-text``."""
+    data = json_field(body, "data")
+    return [data[0]] if isinstance(data, list) and data and isinstance(data[0], str) else None
+
+
+def route_of(scope: Scope) -> str:
+    """The template of the route that answered (never the raw path: no ids in the labels); the operators' own by
+    their path (Starlette routes, which leave no route in the scope here)."""
+    if scope["path"] in OPS_PATHS:
+        return str(scope["path"])
+    return str(getattr(scope.get("route"), "path", None) or "unmatched")
+
+
+class Operations:
+    """The middleware, over the page server's whole ASGI app."""
+
+    def __init__(self, app: ASGIApp, lifecycle: Lifecycle, log: AccessLog | None) -> None:
+        self.app, self.lifecycle, self.log = app, lifecycle, log
+        # A page key → its requests accepted and not yet answered, and when the last joined; the oldest first.
+        self.page_events: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self.page_waiting = 0  # their requests together (the ``aiayn_waiting`` gauge's ``route="page"``)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        method, path = scope["method"], scope["path"]
+        kind = kind_of(method, path)
+        if self.lifecycle.draining and kind not in (Kind.OPS, Kind.STREAM):
+            metrics.refused(Reason.DRAINING)
+            await unavailable(DRAINING)(scope, receive, send)
+            self.ended(method, "(draining)", 503, started, scope)
+            return
+        body = b""
+        if kind is Kind.JOIN or (kind is Kind.CALL and self.log is not None and self.log.with_text):
+            body, receive = await read_body(receive)
+        key = self.stream_key(scope) if kind is Kind.STREAM else json_field(body, "session_hash") if body else None
+        status, answer = 500, bytearray()
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if kind is Kind.JOIN and status == 200 and isinstance(key, str):
+                    self.joined(key)
+            elif message["type"] == "http.response.body" and kind is Kind.CALL and status == 200:
+                answer.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    called = json_field(bytes(answer), "event_id")
+                    if isinstance(called, str):
+                        self.joined(called)  # before the client can read the id and ask for its stream
+            await send(message)
+
+        scope.setdefault("state", {})  # where the JSON route says its sentences (the same dict the app's Request sees)
+        counted = kind is not Kind.OPS and kind is not Kind.STREAM
+        if counted:
+            self.lifecycle.accepted()
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if counted:
+                self.lifecycle.answered()
+            if kind is Kind.STREAM:
+                self.streamed(key)
+        if status == 503 and kind in (Kind.JOIN, Kind.CALL):
+            metrics.refused(Reason.PAGE_QUEUE_FULL)  # Gradio's queue is full (page.MAX_WAITING)
+        self.ended(method, route_of(scope), status, started, scope, page_text(body) if body else None)
+
+    @staticmethod
+    def stream_key(scope: Scope) -> str | None:
+        if scope["path"].rstrip("/").endswith("/queue/data"):
+            hashes = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash")
+            return hashes[0] if hashes else None
+        return str(scope["path"].rstrip("/").rsplit("/", 1)[-1])
+
+    def joined(self, key: str) -> None:
+        now = time.monotonic()
+        while self.page_events and next(iter(self.page_events.values()))[1] < now - ABANDONED_S:
+            self.forget(next(iter(self.page_events)))
+        count, _ = self.page_events.pop(key, (0, now))
+        self.page_events[key] = (count + 1, now)
+        self.lifecycle.accepted()
+        self.page_waiting += 1
+        metrics.waiting("page", self.page_waiting)
+
+    def streamed(self, key: str | None) -> None:
+        """A key's stream closed: its requests answered (or abandoned by their client)."""
+        if key is not None:
+            self.forget(key)
+
+    def forget(self, key: str) -> None:
+        done, _ = self.page_events.pop(key, (0, 0.0))
+        if done:
+            self.lifecycle.answered(done)
+            self.page_waiting -= done
+            metrics.waiting("page", self.page_waiting)
+
+    def ended(
+        self, method: str, route: str, status: int, started: float, scope: Scope, text: list[str] | None = None
+    ) -> None:
+        seconds = time.perf_counter() - started
+        metrics.answered(route, status, seconds)
+        if self.log is not None:
+            state = scope.get("state") or {}
+            said = state.get("text", text)
+            self.log.write(AccessLine(method, route, status, 1000 * seconds, state.get("sentences"), said))
