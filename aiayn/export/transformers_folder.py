@@ -155,8 +155,9 @@ def transformers_config(config: ModelConfig, start: Start) -> dict[str, Any]:
 
 
 def generation_config(folder: ModelFolder, start: Start) -> dict[str, Any]:
-    """generation_config.json: the folder's search defaults as ``generate`` takes them; an appended start row is
-    never generated, as Marian's models never generate their ``<pad>``."""
+    """generation_config.json: the folder's search defaults as ``generate`` takes them, and its normalisation where
+    generate has none like it (GNMT's, ``ORIGINAL_LENGTH_NORMALIZATION``, for `aiayn import`); an appended start row
+    is never generated, as Marian's models never generate their ``<pad>``."""
     config, search = folder.config, folder.search_defaults()
     tokens = config.special_tokens
     generation: dict[str, Any] = {
@@ -168,6 +169,9 @@ def generation_config(folder: ModelFolder, start: Start) -> dict[str, Any]:
         "max_length": config.max_len,
         "num_beams": int(search.get("beam_size", 4)),
         "length_penalty": float(search.get("length_penalty", 0.6)),
+        # Ours stops a sentence once it holds num_beams finished hypotheses; generate's default goes on while a live
+        # beam might still score better at its current length.
+        "early_stopping": True,
     }
     normalization = search.get("length_normalization", "gnmt")
     if normalization != "power":  # generate's own
