@@ -76,14 +76,13 @@ def trained_pre_ln(tmp_path_factory: pytest.TempPathFactory, multi30k_dir: Path)
     return quick_train(tmp_path_factory.mktemp("trained-pre-ln") / "model", multi30k_dir)
 
 
+# The fixture each kind of folder comes from, asked for only when that kind is (a bundled one needs no training).
+SOURCES = {"trained": "trained_post_ln", "trained-pre-ln": "trained_pre_ln", "random": "tiny_folder"}
+
+
 @pytest.fixture(scope="session")
 def exported(
-    tmp_path_factory: pytest.TempPathFactory,
-    trained_post_ln: Path,
-    trained_pre_ln: Path,
-    tiny_folder: Path,
-    marian_checkpoint: MakeCheckpoint,
-    bundled: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Callable[[str], tuple[ModelFolder, Path]]:
     """``exported(kind)``: one of FOLDERS or BUNDLED and its transformers folder, each written once (a bundled one
     by its name, as users export it)."""
@@ -94,12 +93,12 @@ def exported(
             root = tmp_path_factory.mktemp(f"to-transformers-{kind}")
             if kind == "imported":
                 source = root / "imported"
-                checkpoint = marian_checkpoint("swish", True, zero_pad=True)
+                checkpoint = request.getfixturevalue("marian_checkpoint")("swish", True, zero_pad=True)
                 assert main(["import", str(checkpoint), "--out", str(source)]) == 0
+            elif kind in BUNDLED:
+                source = request.getfixturevalue("bundled")[kind]
             else:
-                source = {"trained": trained_post_ln, "trained-pre-ln": trained_pre_ln, "random": tiny_folder}.get(
-                    kind, bundled.get(kind, Path())
-                )
+                source = request.getfixturevalue(SOURCES[kind])
             out = root / "hf"
             # The random folder's export carries transformers.js's graphs too (and comes back from them alike).
             graphs = ["--transformers-js"] if kind == "random" else []
