@@ -374,14 +374,16 @@ def card_folded_start(config: ModelConfig, start: Start) -> list[str]:
             f"from id {start.id}, a row of zeros after the tokenizer's {config.vocab_size} tokens (never generated), "
             "as Marian's own models start from theirs,"
         )
+        kept = (
+            " transformers' `save_pretrained` does not save Marian's position tables (it recomputes them on loading): "
+            "a copy saved by it starts differently, so share this folder's own `model.safetensors`."
+        )
     else:
-        where = f"from `<pad>` (id {start.id}), as Pegasus's own models do,"
+        where, kept = f"from `<pad>` (id {start.id}), as Pegasus's own models do,", ""
     return [
         f"The decoder starts {where} and what `<s>`, which the aiayn model starts from, adds beyond it is folded into "
         "row 0 of the decoder's position table, stored in `model.safetensors`. So CTranslate2's "
-        "`ct2-transformers-converter` converts it as it is. transformers' `save_pretrained` does not save that table "
-        "(it recomputes it on loading): a copy saved by it starts differently, so share this folder's own "
-        "`model.safetensors`.",
+        f"`ct2-transformers-converter` converts it as it is.{kept}",
         "",
     ]
 
