@@ -115,7 +115,8 @@ def add_export(sub: Any) -> None:
         choices=("onnx", "ctranslate2", "web", "space", "transformers"),
         default="onnx",
         help="ONNX graphs, a CTranslate2 model, a static folder that translates in the browser, a folder that is "
-        "a whole Gradio Space serving the model, or a transformers Marian folder for the Hub (web, space and "
+        "a whole Gradio Space serving the model, or a transformers folder for the Hub (Pegasus if pre-LN, Marian if "
+        "post-LN; web, space and "
         "transformers need --out; no PyTorch, but transformers measures its one difference with it)",
     )
     p.add_argument(
@@ -129,7 +130,8 @@ def add_export(sub: Any) -> None:
     p.add_argument(
         "--transformers-js",
         action="store_true",
-        help="--to transformers: write onnx/ too, the ONNX graphs transformers.js loads (exported with PyTorch)",
+        help="--to transformers: write onnx/ too, the ONNX graphs transformers.js loads (exported with PyTorch; "
+        "a post-LN folder: transformers.js has no Pegasus)",
     )
     p.add_argument(
         "--device",

@@ -20,7 +20,8 @@ def cmd_import(args: argparse.Namespace) -> None:
 def add_import(sub: Any) -> None:
     p = sub.add_parser(
         "import",
-        help="a pretrained Marian / OPUS-MT checkpoint (Hub id or folder) as a model folder",
+        help="a pretrained Marian / OPUS-MT checkpoint (Hub id or folder), or a folder that `aiayn export --to "
+        "transformers` wrote, as a model folder",
         description="Write a model folder from a transformers Marian checkpoint: a Hugging Face Hub id such as "
         "Helsinki-NLP/opus-mt-en-de (downloaded once into the Hub's cache) or a local folder with config.json, "
         "model.safetensors or pytorch_model.bin, source.spm, target.spm and vocab.json.",

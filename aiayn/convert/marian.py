@@ -1,4 +1,5 @@
-"""A Marian checkpoint (transformers' ``MarianMTModel``, the OPUS-MT models) as an aiayn model folder.
+"""A Marian checkpoint (transformers' ``MarianMTModel``, the OPUS-MT models), or a Pegasus one that `aiayn export
+--to transformers` wrote from a pre-LN folder, as an aiayn model folder.
 
 Marian's model is the paper's post-LN Transformer with three-way tied embeddings; it differs from ours only in
 choices the config declares (``aiayn.core.config``): the feed-forward's activation (SiLU, "swish", in OPUS-MT),
@@ -18,12 +19,15 @@ never generates any language token, so none reaches a translation.
 A checkpoint that `aiayn export --to transformers` wrote has no .spm files: its ``tokenizer.json`` (and
 ``target_tokenizer.json``) are read as they are, its decoder may start from ``<s>`` rather than ``<pad>``, and
 ``config.json``'s ``aiayn_positions`` says that its weights were permuted from the interleaved layout
-(``marian_layout``), which the import undoes: the folder comes back as it was, but for LayerNorm's ε.
+(``transformers_layout``), which the import undoes, and ``aiayn_layer_norm_eps`` the folder's ε: the folder comes
+back as it was, bit for bit. Such a checkpoint may be Pegasus (``PegasusForConditionalGeneration``), the pre-LN
+arrangement of the same model under the same names (``transformers_layout.Arrangement``), with a final LayerNorm
+after each stack.
 
 What a folder cannot hold is refused in one line: another ``model_type``, separate source and target
 vocabularies, unequal encoder and decoder sizes, an activation we do not have, untied output weights. The weights
-are stored as float16 like every folder's, and the imported model is checked against the checkpoint's own
-``MarianMTModel`` (with the same rounded weights) before the folder is written.
+are stored as float16 like every folder's, and the imported model is checked against the checkpoint's own model
+(``AutoModelForSeq2SeqLM``, with the same rounded weights and its LayerNorm ε) before the folder is written.
 """
 
 from __future__ import annotations
@@ -36,18 +40,23 @@ from typing import Any
 
 import torch
 
-from aiayn.convert.marian_layout import (
+from aiayn.convert.sentencepiece import read_spm, tokenizer_from_sentencepiece
+from aiayn.convert.transformers_layout import (
+    ARRANGEMENTS,
+    FINAL_LOGITS_BIAS,
     FOLDED_START,
-    MARIAN_LOGITS_BIAS,
+    LAYER_NORM_EPS,
+    ORIGINAL_LAYER_NORM_EPS,
+    ORIGINAL_LENGTH_NORMALIZATION,
     ORIGINAL_POSITIONS,
     SHARED_EMBEDDING,
     TIED_COPIES,
+    Arrangement,
     halves_order,
     inverse,
-    marian_names,
     model_axis,
+    transformers_names,
 )
-from aiayn.convert.sentencepiece import read_spm, tokenizer_from_sentencepiece
 from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import IMPORTED_SECTION, SEARCH_SECTION, ModelFolder
 from aiayn.core.outputs import Command, claim, written_whole
@@ -201,9 +210,10 @@ class Checkpoint:
     def refuse_what_we_cannot_hold(self) -> None:
         c = self.config
         model_type = c.get("model_type")
-        if model_type != "marian":
+        if model_type not in ARRANGEMENTS:
             raise UnsupportedCheckpoint(
-                f"model_type {model_type!r} is not supported: `aiayn import` reads Marian (OPUS-MT) checkpoints, "
+                f"model_type {model_type!r} is not supported: `aiayn import` reads Marian (OPUS-MT) checkpoints "
+                "and the Pegasus ones `aiayn export --to transformers` writes, "
                 "the paper's encoder-decoder; other families differ in ways a model folder cannot express"
             )
         if not c.get("share_encoder_decoder_embeddings", True) or self.tokenizer_config.get("separate_vocabs"):
@@ -227,7 +237,8 @@ class Checkpoint:
                 f"activation_function {c.get('activation_function')!r} is not supported "
                 f"(we have {', '.join(sorted(ACTIVATIONS))})"
             )
-        if c.get("normalize_before") or c.get("normalize_embedding") or c.get("add_final_layer_norm"):
+        pre_ln_keys = c.get("normalize_before") or c.get("normalize_embedding") or c.get("add_final_layer_norm")
+        if model_type == "marian" and pre_ln_keys:
             raise UnsupportedCheckpoint("pre-LN or embedding-norm Marian variants are not supported")
         bad = [ids for ids in self.generation.get("bad_words_ids") or [] if len(ids) != 1]
         if bad:
@@ -297,8 +308,9 @@ class Checkpoint:
             dropout=float(c.get("dropout", 0.1)),
             attention_dropout=float(c.get("attention_dropout", 0.0)),
             activation_dropout=float(c.get("activation_dropout", 0.0)),
-            norm_first=False,
-            layer_norm_eps=1e-5,  # transformers' nn.LayerNorm default, which Marian's layers use
+            norm_first=self.arrangement.norm_first,
+            # transformers' (fixed), or the aiayn folder's that `aiayn export` wrote it from
+            layer_norm_eps=float(c.get(ORIGINAL_LAYER_NORM_EPS, LAYER_NORM_EPS)),
             max_len=int(c.get("max_position_embeddings", 512)),
             src_lang=src_lang,
             tgt_lang=tgt_lang,
@@ -315,8 +327,10 @@ class Checkpoint:
     @property
     def rows(self) -> int:
         """The vocabulary's size as ours: without the row of zeros that `aiayn export` appended to start from
-        where it folded the start (``FOLDED_START``)."""
-        return int(self.config["vocab_size"]) - (FOLDED_START in self.config)
+        where it folded the start into a Marian model (``FOLDED_START``, a start that no token names)."""
+        c = self.config
+        appended = FOLDED_START in c and int(c["decoder_start_token_id"]) >= len(self.vocab)
+        return int(c["vocab_size"]) - appended
 
     @property
     def their_start(self) -> int | None:
@@ -324,12 +338,18 @@ class Checkpoint:
         return int(self.config["decoder_start_token_id"]) if FOLDED_START in self.config else None
 
     def search_defaults(self) -> dict[str, Any]:
+        """generate's search: its beam and length penalty, and its score, log-probability / |Y|^length_penalty;
+        or, for a checkpoint that `aiayn export` wrote, the normalisation the folder searched with."""
         g = self.generation
         return {
             "beam_size": int(g.get("num_beams") or 1),
             "length_penalty": float(g.get("length_penalty", 1.0)),
-            "length_normalization": "power",  # generate's score: log-probability / |Y|^length_penalty
+            "length_normalization": str(g.get(ORIGINAL_LENGTH_NORMALIZATION, "power")),
         }
+
+    @property
+    def arrangement(self) -> Arrangement:
+        return ARRANGEMENTS[str(self.config["model_type"])]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         if (self.path / "model.safetensors").is_file():
@@ -341,10 +361,11 @@ class Checkpoint:
 
 
 def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor], order: list[int] | None) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors under our names (``marian_layout.marian_names``); every tensor of theirs is used
-    or known to be redundant (tied copies, the fixed sinusoid tables), else the import is refused. ``order``: the
-    permutation that takes the checkpoint's halves layout back to the interleaved one, where it came from ours."""
-    names = marian_names(config)
+    """The checkpoint's tensors under our names (``transformers_layout.transformers_names``); every tensor of theirs
+    is used or known to be redundant (tied copies, the fixed sinusoid tables), else the import is refused.
+    ``order``: the permutation that takes the checkpoint's halves layout back to the interleaved one, where it came
+    from ours."""
+    names = transformers_names(config)
     missing = [name for name in names.values() if name not in theirs]
     if missing:
         raise UnsupportedCheckpoint(f"the checkpoint lacks {', '.join(missing[:5])} ({len(missing)})")
@@ -364,7 +385,7 @@ def our_state(config: ModelConfig, theirs: dict[str, torch.Tensor], order: list[
                 state[ours] = tensor.index_select(axis, index)
     # All zeros where the config has no bias; fixed sinusoid tables, which the positions recompute (transformers
     # keeps them as buffers in some versions).
-    used = {*names.values(), *TIED_COPIES, MARIAN_LOGITS_BIAS}
+    used = {*names.values(), *TIED_COPIES, FINAL_LOGITS_BIAS}
     used |= {name for name in theirs if name.endswith("embed_positions.weight")}
     unknown = sorted(set(theirs) - used)
     if unknown:
@@ -379,13 +400,13 @@ def check_against_checkpoint(
     tolerance: float = CHECK_TOLERANCE,
     their_start: int | None = None,
 ) -> float:
-    """The largest |Δ log-probability| between our model and the checkpoint's ``MarianMTModel`` (its weights
+    """The largest |Δ log-probability| between our model and the checkpoint's own (its weights
     rounded as ours are) over teacher-forced sentences; refuses the import (or export) above ``tolerance``.
     ``their_start``: the id the checkpoint's decoder starts from where it is not ours (a folded start, whose
     appended row the checkpoint never generates and our model does not have)."""
-    from transformers import MarianMTModel
+    from transformers import AutoModelForSeq2SeqLM
 
-    reference = MarianMTModel.from_pretrained(str(path)).eval()
+    reference = AutoModelForSeq2SeqLM.from_pretrained(str(path)).eval()
     with torch.no_grad():
         for name, tensor in [*reference.named_parameters(), *reference.named_buffers()]:
             if not name.endswith("embed_positions.weight"):  # computed as ours are, or a folded start's, float32
@@ -401,8 +422,9 @@ def check_against_checkpoint(
     diff = float((theirs - ours).abs().max())
     if not diff <= tolerance:
         raise ValueError(
-            f"the aiayn model differs from the checkpoint's MarianMTModel by {diff:.2e} in log-probability "
-            f"(tolerance {tolerance:.0e}); the checkpoint has something this conversion does not express"
+            f"the aiayn model differs from the checkpoint's {type(reference).__name__} by {diff:.2e} in "
+            f"log-probability (tolerance {tolerance:.0e}); the checkpoint has something this conversion does not "
+            "express"
         )
     return diff
 
@@ -438,8 +460,10 @@ def import_marian(
     model = Transformer(config)
     order = inverse(halves_order(config.d_model)) if config.positions == "interleaved" else None
     load_state_strict(model, our_state(config, theirs, order), str(checkpoint.path))
-    model.eval()
-    diff = check_against_checkpoint(model, checkpoint.path, tokenizer, their_start=checkpoint.their_start)
+    # Checked with transformers' ε, so that the check is of the weights: a folder of ours keeps its own.
+    checked = Transformer(config.replace(layer_norm_eps=LAYER_NORM_EPS))
+    checked.load_state_dict(model.state_dict())
+    diff = check_against_checkpoint(checked.eval(), checkpoint.path, tokenizer, their_start=checkpoint.their_start)
 
     with written_whole(Path(out), IMPORT, overwrite, [checkpoint.path]) as staging:
         folder = ModelFolder.create(staging, config, tokenizer)
@@ -451,7 +475,7 @@ def import_marian(
             "hub": hub,
             **({"revision": commit} if hub else {}),  # None where the cache did not say the commit
             "license": licence,
-            "model_type": "marian",
+            "model_type": checkpoint.arrangement.model_type,
             "max_log_prob_diff": diff,
         }
         folder.write_section(IMPORTED_SECTION, imported)
@@ -461,10 +485,12 @@ def import_marian(
     chosen = [f"every source starts with {target_token}, one of {len(targets)} targets"] if target_token else []
     at = f" at commit {commit}" if commit else ""
     return folder, [
-        f"imported {source}{at}: Marian, {parameters / 1e6:.1f} M parameters, {config.src_lang}→{config.tgt_lang}, "
+        f"imported {source}{at}: {checkpoint.arrangement.title}, {parameters / 1e6:.1f} M parameters, "
+        f"{config.src_lang}→{config.tgt_lang}, "
         f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
         f"vocabulary {config.vocab_size}, {config.activation}",
         *chosen,
-        f"checked against its MarianMTModel: max |Δ log-prob| {diff:.2e} (tolerance {CHECK_TOLERANCE:.0e})",
+        f"checked against its {checkpoint.arrangement.architecture}: max |Δ log-prob| {diff:.2e} (tolerance "
+        f"{CHECK_TOLERANCE:.0e}, with its LayerNorm ε {LAYER_NORM_EPS:g}; the folder's is {config.layer_norm_eps:g})",
         f"wrote {out}: translate with `aiayn translate --model {out} TEXT`, serve with `aiayn serve --model {out}`",
     ]

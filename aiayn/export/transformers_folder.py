@@ -1,25 +1,27 @@
-"""A model folder as a transformers Marian folder (`aiayn export MODEL --to transformers --out DIR`).
+"""A model folder as a transformers folder (`aiayn export MODEL --to transformers --out DIR`).
 
-The paper's Transformer is what transformers calls Marian (post-LN, sinusoidal positions, scaled embeddings tied
-three ways, a bias on the logits), so a folder of ours becomes one that ``MarianMTModel.from_pretrained``,
-``AutoTokenizer``, ``pipeline("translation")`` (transformers 4; 5 removed the task) and Optimum load with no code
-of ours: Marian's ``config.json`` and ``generation_config.json`` (the folder's beam and length penalty),
-``model.safetensors`` under Marian's names (``aiayn.convert.marian_layout``, the table `aiayn import` reads by),
-``tokenizer.json`` with a post-processor that adds ``</s>`` (and a multi-target folder's ``>>por<<``) as
-``MarianTokenizer`` does, a ``tokenizer_config.json`` for ``AutoTokenizer`` and a model card.
+The paper's Transformer is, in transformers, Marian where it is post-LN and Pegasus where it is pre-LN (sinusoidal
+positions, scaled embeddings tied three ways, a bias on the logits; Pegasus adds a final LayerNorm after each stack),
+so a folder of ours becomes one that ``AutoModelForSeq2SeqLM.from_pretrained``, ``AutoTokenizer``,
+``pipeline("translation")`` (transformers 4; 5 removed the task), Optimum and CTranslate2's converter load with no
+code of ours: the arrangement's ``config.json`` (``aiayn.convert.transformers_layout.arrangement_of``) and
+``generation_config.json`` (the folder's beam and length penalty), ``model.safetensors`` under its names (the table
+`aiayn import` reads by), ``tokenizer.json`` with a post-processor that adds ``</s>`` (and a multi-target folder's
+``>>por<<``) as ``MarianTokenizer`` does, a ``tokenizer_config.json`` for ``AutoTokenizer`` and a model card.
 
-Marian's own models start the decoder from the last id, ``<pad>``, whose row is zeros, and CTranslate2's converter
-counts on it: it drops that row and starts from a zero vector. An imported OPUS-MT folder does so already; a folder
-trained by aiayn starts from a learned ``<s>``, so the export appends a row of zeros to start from and folds
-``<s>``'s scaled embedding into the decoder's position 0 (``marian_weights``, ``FOLDED_START``): the same function,
-which the converter then makes too.
+Each architecture's own models start the decoder from a token of their own, and CTranslate2's converter counts on
+it: Marian's from the last id, ``<pad>``, whose row is zeros (the converter drops that row and starts from a zero
+vector), Pegasus's from ``<pad>``. A folder trained by aiayn starts from a learned ``<s>``, so the export starts it
+where the architecture's models start (for Marian, a row of zeros it appends) and folds the difference, <s>'s scaled
+embedding less the start's, into the decoder's position 0 (``start_of``, ``transformers_weights``,
+``FOLDED_START``): the same function, which the converter then makes too.
 
-Two differences remain between a native folder and Marian. Our sinusoids interleave sin and cos, Marian's come
-in halves: the weights are permuted along the model dimension, which is the same function exactly. Our
-LayerNorm's ε is 1e-6, Marian's 1e-5 and fixed: that one changes the numbers a little, and the export states by
-how much (``measured_difference``). What Marian cannot express, a pre-LN folder above all, is refused in one line.
-Writing the folder needs no PyTorch; measuring the ε's effect does, and is skipped, said so, without it, and so
-does writing the graphs transformers.js runs (``transformers_js``, ``--transformers-js``), refused without it.
+Two differences remain between a native folder and transformers' models. Our sinusoids interleave sin and cos,
+theirs come in halves: the weights are permuted along the model dimension, which is the same function exactly. Our
+LayerNorm's ε is 1e-6, theirs 1e-5 and fixed: that one changes the numbers a little, and the export states by how
+much (``measured_difference``). Writing the folder needs no PyTorch; measuring the ε's effect does, and is skipped,
+said so, without it, and so does writing the graphs transformers.js runs (``transformers_js``, ``--transformers-js``),
+refused without it, and for a pre-LN folder (transformers.js has no Pegasus).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import importlib.util
 import json
 import math
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +39,22 @@ import numpy as np
 from safetensors.numpy import load_file, save
 from tokenizers import Tokenizer, processors
 
-from aiayn.convert.marian_layout import (
+from aiayn.convert.transformers_layout import (
     DECODER_POSITIONS,
+    ENCODER_POSITIONS,
+    FINAL_LOGITS_BIAS,
     FOLDED_START,
     FOLDED_START_BIAS,
-    MARIAN_LOGITS_BIAS,
+    LAYER_NORM_EPS,
+    ORIGINAL_LAYER_NORM_EPS,
+    ORIGINAL_LENGTH_NORMALIZATION,
     ORIGINAL_POSITIONS,
     SHARED_EMBEDDING,
+    arrangement_of,
     halves_order,
-    marian_names,
-    marian_sinusoids,
+    halves_sinusoids,
     model_axis,
+    transformers_names,
 )
 from aiayn.core.config import ModelConfig
 from aiayn.core.folder import IMPORTED_SECTION, ModelFolder
@@ -56,7 +64,6 @@ from aiayn.core.public import yaml_quoted
 from aiayn.core.tokenizer import SPECIAL_TOKEN_TEXT, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from aiayn.core.weight_spec import EMBEDDING
 
-MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which Marian's layers use and its config cannot change
 # transformers' names for our activations (config.ACTIVATIONS); "gelu" is the erf one in both.
 ACTIVATION_FUNCTIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}
 # The largest |Δ log-prob| the ε's difference may make before the export is refused: above it, something other
@@ -70,19 +77,23 @@ TRANSFORMERS = Command(
     "aiayn export --to transformers", "choose another --out, or pass --overwrite to replace the folder whole"
 )
 TRANSFORMERS_JS_CONFIG = {"transformers.js_config": {"dtype": "fp32"}}
+TRANSFORMERS_JS_PRE_LN = (
+    "--transformers-js: this folder is pre-LN, written as transformers' Pegasus, which transformers.js (4.3) does not "
+    "run; export a post-LN folder (`aiayn train --set norm_first=false`) for transformers.js"
+)
+# What CTranslate2's converter reads from a Pegasus config.json (its PegasusLoader, a BartLoader): the layers are
+# pre-LN, and there is no LayerNorm on the embeddings (BART's default, which PegasusConfig does not declare).
+CTRANSLATE2_PRE_LN = {"normalize_before": True, "normalize_embedding": False}
 
 
-class NotMarian(ValueError):
-    """A folder that Marian cannot express: the message says what and why."""
+@dataclass(frozen=True)
+class Start:
+    """Where the written model's decoder starts: ``id``, a row appended after the folder's vocabulary where
+    ``appended``, and whether <s>, which ours start from, is ``folded`` into the decoder's position 0."""
 
-
-def refuse_what_marian_cannot_hold(config: ModelConfig) -> None:
-    if config.norm_first:
-        raise NotMarian(
-            "this folder is pre-LN (norm_first: true in config.json), which Marian cannot express: its layers "
-            "normalise after each residual and it has no final norms; train a post-LN folder with "
-            "`aiayn train --set norm_first=false` to export it to transformers"
-        )
+    id: int
+    appended: bool
+    folded: bool
 
 
 def starts_as_marian(config: ModelConfig, embedding: np.ndarray) -> bool:
@@ -92,22 +103,29 @@ def starts_as_marian(config: ModelConfig, embedding: np.ndarray) -> bool:
     return tokens.bos == tokens.pad == config.vocab_size - 1 and not embedding[tokens.bos].any()
 
 
-def decoder_start(config: ModelConfig, folded: bool) -> int:
-    """The id the written model starts decoding from: the appended row's, where the start is folded."""
-    return config.vocab_size if folded else config.special_tokens.bos
-
-
-def marian_config(config: ModelConfig, folded: bool) -> dict[str, Any]:
-    """config.json: Marian's architecture keys, with our sizes, activation, token ids and dropout; one id more
-    than the folder's where the start is folded (the appended row, which no token of tokenizer.json names)."""
+def start_of(config: ModelConfig, embedding: np.ndarray) -> Start:
+    """Where the decoder starts, as the arrangement's own models start theirs and CTranslate2's converter
+    assumes. Marian's: from the last id, ``<pad>``, whose row is zeros (the converter starts every Marian model from
+    a zero vector), else from a row of zeros appended to start from. Pegasus's: from ``<pad>`` (the converter's
+    ``decoder_start_token`` is the tokenizer's ``pad_token``)."""
     tokens = config.special_tokens
-    rows = config.vocab_size + folded
-    marian = {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
+    if config.norm_first:
+        return Start(tokens.pad, appended=False, folded=tokens.pad != tokens.bos)
+    if starts_as_marian(config, embedding):
+        return Start(tokens.bos, appended=False, folded=False)
+    return Start(config.vocab_size, appended=True, folded=True)
+
+
+def transformers_config(config: ModelConfig, start: Start) -> dict[str, Any]:
+    """config.json: the arrangement's keys, with our sizes, activation, token ids and dropout; one id more than the
+    folder's where the start is appended (a row no token of tokenizer.json names)."""
+    tokens, arrangement = config.special_tokens, arrangement_of(config)
+    rows = config.vocab_size + start.appended
+    written = {
+        "architectures": [arrangement.architecture],
+        "model_type": arrangement.model_type,
         "vocab_size": rows,
-        "decoder_vocab_size": rows,
-        "share_encoder_decoder_embeddings": True,
+        **({} if arrangement.norm_first else {"decoder_vocab_size": rows, "share_encoder_decoder_embeddings": True}),
         "tie_word_embeddings": True,
         "d_model": config.d_model,
         "encoder_layers": config.n_encoder_layers,
@@ -125,26 +143,30 @@ def marian_config(config: ModelConfig, folded: bool) -> dict[str, Any]:
         "pad_token_id": tokens.pad,
         "eos_token_id": tokens.eos,
         "bos_token_id": tokens.bos,
-        "decoder_start_token_id": decoder_start(config, folded),
-        "forced_eos_token_id": None,  # MarianConfig's default forces id 0 at the length limit; our search does not
+        "decoder_start_token_id": start.id,
+        "forced_eos_token_id": None,  # Marian's and Pegasus's configs force an id at the length limit; ours do not
         "is_encoder_decoder": True,
+        **(CTRANSLATE2_PRE_LN if arrangement.norm_first else {}),
         # The weights are stored as float16 (as in the folder), computed in float32 as every engine of ours does.
         "dtype": "float32",
     }
     if config.positions == "interleaved":
-        marian[ORIGINAL_POSITIONS] = "interleaved"
-    if folded:
-        marian[FOLDED_START] = tokens.bos
-    return marian
+        written[ORIGINAL_POSITIONS] = "interleaved"
+    if config.layer_norm_eps != LAYER_NORM_EPS:
+        written[ORIGINAL_LAYER_NORM_EPS] = config.layer_norm_eps
+    if start.folded:
+        written[FOLDED_START] = tokens.bos
+    return written
 
 
-def generation_config(folder: ModelFolder, folded: bool) -> dict[str, Any]:
-    """generation_config.json: the folder's search defaults as ``generate`` takes them; the appended start row is
-    never generated, as Marian's models never generate their ``<pad>``."""
+def generation_config(folder: ModelFolder, start: Start) -> dict[str, Any]:
+    """generation_config.json: the folder's search defaults as ``generate`` takes them, and its normalisation where
+    generate has none like it (GNMT's, ``ORIGINAL_LENGTH_NORMALIZATION``, for `aiayn import`); an appended start row
+    is never generated, as Marian's models never generate their ``<pad>``."""
     config, search = folder.config, folder.search_defaults()
     tokens = config.special_tokens
     generation: dict[str, Any] = {
-        "decoder_start_token_id": decoder_start(config, folded),
+        "decoder_start_token_id": start.id,
         "bos_token_id": tokens.bos,
         "eos_token_id": tokens.eos,
         "pad_token_id": tokens.pad,
@@ -152,36 +174,48 @@ def generation_config(folder: ModelFolder, folded: bool) -> dict[str, Any]:
         "max_length": config.max_len,
         "num_beams": int(search.get("beam_size", 4)),
         "length_penalty": float(search.get("length_penalty", 0.6)),
+        # Ours stops a sentence once it holds num_beams finished hypotheses; generate's default goes on while a live
+        # beam might still score better at its current length.
+        "early_stopping": True,
     }
-    banned = [*config.never_generate, *([decoder_start(config, folded)] if folded else [])]
+    normalization = search.get("length_normalization", "gnmt")
+    if normalization != "power":  # generate's own
+        generation[ORIGINAL_LENGTH_NORMALIZATION] = normalization
+    banned = [*config.never_generate, *([start.id] if start.appended else [])]
     if banned:
         generation["bad_words_ids"] = [[i] for i in banned]
     return generation
 
 
-def marian_weights(config: ModelConfig, ours: dict[str, np.ndarray], folded: bool) -> dict[str, np.ndarray]:
-    """model.safetensors under Marian's names, permuted into the halves layout where ours interleave; float16 as
-    stored, so nothing is rounded. Where the start is folded, a row of zeros appended to the embedding to start
-    from, whose logits bias keeps it from taking any probability (``FOLDED_START_BIAS``), and the decoder's position
-    table, float32, whose row 0 holds what our decoder's first input adds to it: <s>'s scaled embedding."""
+def transformers_weights(config: ModelConfig, ours: dict[str, np.ndarray], start: Start) -> dict[str, np.ndarray]:
+    """model.safetensors under transformers' names, permuted into the halves layout where ours interleave; float16
+    as stored, so nothing is rounded. Both sinusoid tables (float32) where the arrangement stores them
+    (``Arrangement.stores_positions``). Where the start is folded, the decoder's position table, float32, whose row 0
+    holds what our decoder's first input adds to it, <s>'s scaled embedding, less the start row's; and where it is
+    appended, a row of zeros after the embedding, whose logits bias keeps it from taking any probability
+    (``FOLDED_START_BIAS``)."""
     order = halves_order(config.d_model) if config.positions == "interleaved" else None
     theirs: dict[str, np.ndarray] = {}
-    for name, marian in marian_names(config).items():
+    for name, written in transformers_names(config).items():
         tensor, axis = ours[name], model_axis(name)
         if order is not None and axis is not None:
             tensor = np.take(tensor, order, axis=axis)
-        theirs[marian] = np.ascontiguousarray(tensor)
-    if MARIAN_LOGITS_BIAS in theirs:  # a buffer of every MarianMTModel, which starts as zeros where none is stored
-        theirs[MARIAN_LOGITS_BIAS] = theirs[MARIAN_LOGITS_BIAS].reshape(1, -1)
-    if folded:
-        embedding = theirs[SHARED_EMBEDDING]
-        start = embedding[config.special_tokens.bos].astype(np.float32) * np.float32(embedding_scale(config))
-        positions = marian_sinusoids(config.max_len, config.d_model)
-        positions[0] += start
+        theirs[written] = np.ascontiguousarray(tensor)
+    if FINAL_LOGITS_BIAS in theirs:  # a buffer of both models, which starts as zeros where none is stored
+        theirs[FINAL_LOGITS_BIAS] = theirs[FINAL_LOGITS_BIAS].reshape(1, -1)
+    if arrangement_of(config).stores_positions:
+        theirs[ENCODER_POSITIONS] = theirs[DECODER_POSITIONS] = halves_sinusoids(config.max_len, config.d_model)
+    if start.folded:
+        embedding, scale = theirs[SHARED_EMBEDDING], np.float32(embedding_scale(config))
+        start_row = 0.0 if start.appended else embedding[start.id].astype(np.float32) * scale
+        positions = halves_sinusoids(config.max_len, config.d_model)
+        positions[0] += embedding[config.special_tokens.bos].astype(np.float32) * scale - start_row
         theirs[DECODER_POSITIONS] = positions
+    if start.appended:
+        embedding = theirs[SHARED_EMBEDDING]
         theirs[SHARED_EMBEDDING] = np.concatenate([embedding, np.zeros_like(embedding[:1])])
-        bias = theirs.get(MARIAN_LOGITS_BIAS, np.zeros((1, config.vocab_size), embedding.dtype))
-        theirs[MARIAN_LOGITS_BIAS] = np.concatenate([bias, np.full_like(bias[:, :1], FOLDED_START_BIAS)], axis=1)
+        bias = theirs.get(FINAL_LOGITS_BIAS, np.zeros((1, config.vocab_size), embedding.dtype))
+        theirs[FINAL_LOGITS_BIAS] = np.concatenate([bias, np.full_like(bias[:, :1], FOLDED_START_BIAS)], axis=1)
     return theirs
 
 
@@ -232,16 +266,16 @@ def hub_name(config: ModelConfig) -> str:
     return HUB_NAME.format(src=config.src_lang, tgt=config.tgt_lang)
 
 
-def model_card(folder: ModelFolder, difference: str, folded: bool, transformers_js: bool = False) -> str:
+def model_card(folder: ModelFolder, difference: str, start: Start, transformers_js: bool = False) -> str:
     """README.md: the Hub's front matter, what the model knows, how to load it and how it differs from ours."""
     config, name = folder.config, hub_name(folder.config)
     lines = [
         *card_summary(folder),
-        *card_use(folder, name, folded),
+        *card_use(folder, name, start),
         *(card_source_prefix(folder) if config.source_prefix else []),
         *(card_transformers_js(name) if transformers_js else []),
         *(CARD_TARGET_TOKENIZER if (folder.path / TARGET_TOKENIZER_FILE).is_file() else []),
-        *(card_folded_start(config) if folded else []),
+        *(card_folded_start(config, start) if start.folded else []),
         *card_from_aiayn(config, difference),
     ]
     return "---\n" + "\n".join(front_matter(folder)) + "\n---\n\n" + "\n".join(lines)
@@ -254,7 +288,7 @@ def front_matter(folder: ModelFolder) -> list[str]:
         "library_name: transformers",
         "pipeline_tag: translation",
         f"language:\n  - {yaml_quoted(config.src_lang)}\n  - {yaml_quoted(config.tgt_lang)}",
-        "tags:\n  - marian\n  - aiayn",
+        f"tags:\n  - {arrangement_of(config).model_type}\n  - aiayn",
         *([f"license: {yaml_quoted(str(imported['license']))}"] if imported.get("license") else []),
         *([f"base_model: {yaml_quoted(str(imported['from']))}"] if imported.get("hub") else []),
     ]
@@ -268,13 +302,14 @@ def card_summary(folder: ModelFolder) -> list[str]:
         "",
         f"A Transformer (*Attention Is All You Need*) {html.escape(folder.provenance())}"
         + (f"; its best validation BLEU while training was {bleu} (greedy)." if bleu else "."),
+        f"It is {arrangement_of(config).title}.",
         f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model {config.d_model}, "
         f"{config.n_heads} heads, d_ff {config.d_ff}, a vocabulary of {config.vocab_size} shared by both sides.",
         "",
     ]
 
 
-def card_use(folder: ModelFolder, name: str, folded: bool) -> list[str]:
+def card_use(folder: ModelFolder, name: str, start: Start) -> list[str]:
     """Loading and translating with transformers, and what the folder's tokenizer and generation config hold."""
     return [
         "## Use",
@@ -290,7 +325,7 @@ def card_use(folder: ModelFolder, name: str, folded: bool) -> list[str]:
         "",
         f'With transformers 4, `pipeline("translation", model="{name}")` translates as well (transformers 5 '
         "removed that task). The tokenizer is `tokenizer.json`, which needs no SentencePiece; "
-        f"`generation_config.json` holds the beam size ({generation_config(folder, folded)['num_beams']}) and length "
+        f"`generation_config.json` holds the beam size ({generation_config(folder, start)['num_beams']}) and length "
         "penalty the model was tuned with.",
         "",
     ]
@@ -337,15 +372,23 @@ CARD_TARGET_TOKENIZER = [
 ]
 
 
-def card_folded_start(config: ModelConfig) -> list[str]:
+def card_folded_start(config: ModelConfig, start: Start) -> list[str]:
     """Where a folded start begins, and why only this folder's own weights keep it."""
+    if start.appended:
+        where = (
+            f"from id {start.id}, a row of zeros after the tokenizer's {config.vocab_size} tokens (never generated), "
+            "as Marian's own models start from theirs,"
+        )
+        kept = (
+            " transformers' `save_pretrained` does not save Marian's position tables (it recomputes them on loading): "
+            "a copy saved by it starts differently, so share this folder's own `model.safetensors`."
+        )
+    else:
+        where, kept = f"from `<pad>` (id {start.id}), as Pegasus's own models do,", ""
     return [
-        f"The decoder starts from id {decoder_start(config, True)}, a row of zeros after the tokenizer's "
-        f"{config.vocab_size} tokens (never generated), as Marian's own models start from theirs, and `<s>`'s "
-        "embedding, which the aiayn model starts from, is folded into row 0 of the decoder's position table, stored "
-        "in `model.safetensors`. So CTranslate2's `ct2-transformers-converter` converts it as it is. transformers' "
-        "`save_pretrained` does not save that table (it recomputes it on loading): a copy saved by it starts "
-        "differently, so share this folder's own `model.safetensors`.",
+        f"The decoder starts {where} and what `<s>`, which the aiayn model starts from, adds beyond it is folded into "
+        "row 0 of the decoder's position table, stored in `model.safetensors`. So CTranslate2's "
+        f"`ct2-transformers-converter` converts it as it is.{kept}",
         "",
     ]
 
@@ -363,18 +406,19 @@ def card_from_aiayn(config: ModelConfig, difference: str) -> list[str]:
 
 
 def epsilon_note(config: ModelConfig, measured: float | None) -> str:
-    if config.layer_norm_eps == MARIAN_LAYER_NORM_EPS:
-        return "It is the same function as the aiayn folder: Marian's LayerNorm ε (1e-5) is the folder's."
-    what = f"LayerNorm's ε is Marian's 1e-5 where the aiayn folder's is {config.layer_norm_eps:g}"
+    architecture = arrangement_of(config).architecture.removesuffix("MTModel").removesuffix("ForConditionalGeneration")
+    if config.layer_norm_eps == LAYER_NORM_EPS:
+        return f"It is the same function as the aiayn folder: {architecture}'s LayerNorm ε (1e-5) is the folder's."
+    what = f"LayerNorm's ε is {architecture}'s 1e-5 where the aiayn folder's is {config.layer_norm_eps:g}"
     if measured is None:
         return f"{what} (the difference this makes was not measured: PyTorch or transformers is not installed)."
     return f"{what}: it changes the log-probabilities by at most {measured:.1e} on the export's check sentences."
 
 
-def measured_difference(folder: ModelFolder, out: Path, start: int) -> float | None:
-    """The largest |Δ log-prob| between the folder's model and the written MarianMTModel (which starts from
-    ``start``), teacher-forced (the check of `aiayn import`, ``check_against_checkpoint``); None where PyTorch or
-    transformers is missing."""
+def measured_difference(folder: ModelFolder, out: Path, start: Start) -> float | None:
+    """The largest |Δ log-prob| between the folder's model and the written model (which starts from ``start``),
+    teacher-forced (the check of `aiayn import`, ``check_against_checkpoint``); None where PyTorch or transformers
+    is missing."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -383,7 +427,7 @@ def measured_difference(folder: ModelFolder, out: Path, start: int) -> float | N
     from aiayn.convert.marian import check_against_checkpoint
     from aiayn.model.weights import load_model
 
-    return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE, start)
+    return check_against_checkpoint(load_model(folder), out, folder.tokenizer, EPSILON_TOLERANCE, start.id)
 
 
 def export_transformers(
@@ -395,69 +439,75 @@ def export_transformers(
     what it holds, how it was checked, how to load and publish it."""
     refuse_to_export(folder, out, transformers_js, overwrite)
     with written_whole(out, TRANSFORMERS, overwrite, [folder.path]) as staging:
-        difference, folded = write_marian_folder(folder, staging, transformers_js)
-    return report_lines(folder, out, difference, folded, transformers_js)
+        difference, start = write_transformers_folder(folder, staging, transformers_js)
+    return report_lines(folder, out, difference, start, transformers_js)
 
 
 def refuse_to_export(folder: ModelFolder, out: Path, transformers_js: bool, overwrite: bool) -> None:
-    """Every reason not to start, before anything is written: what Marian cannot hold, no PyTorch for the graphs,
-    a folder without weights or tokenizer, an ``out`` that holds what an earlier export did not write (unless
-    ``overwrite``)."""
-    refuse_what_marian_cannot_hold(folder.config)
+    """Every reason not to start, before anything is written: graphs that transformers.js cannot run or no PyTorch
+    to export them, a folder without weights or tokenizer, an ``out`` that holds what an earlier export did not write
+    (unless ``overwrite``)."""
+    if transformers_js and folder.config.norm_first:
+        raise ValueError(TRANSFORMERS_JS_PRE_LN)
     if transformers_js and importlib.util.find_spec("torch") is None:
         raise ValueError("--transformers-js exports the model's ONNX graphs with PyTorch, which is not installed")
     folder.require([folder.weights_file, folder.tokenizer_file], "export a trained or imported folder")
     claim(out, TRANSFORMERS, overwrite, [folder.path])
 
 
+def start_name(start: Start) -> str:
+    return "an appended row of zeros" if start.appended else f"<pad> (id {start.id})"
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def write_marian_folder(folder: ModelFolder, staging: Path, transformers_js: bool) -> tuple[str, bool]:
+def write_transformers_folder(folder: ModelFolder, staging: Path, transformers_js: bool) -> tuple[str, Start]:
     """Every file of the transformers folder into ``staging``; the card's line on how it differs from ours, and
-    whether the start is folded."""
+    where the decoder starts."""
     config = folder.config
     folder.check_weights()
     ours = load_file(str(folder.weights_file))
-    folded = not starts_as_marian(config, ours[EMBEDDING])
+    start = start_of(config, ours[EMBEDDING])
     write_json(
-        staging / "config.json", marian_config(config, folded) | (TRANSFORMERS_JS_CONFIG if transformers_js else {})
+        staging / "config.json",
+        transformers_config(config, start) | (TRANSFORMERS_JS_CONFIG if transformers_js else {}),
     )
-    write_json(staging / "generation_config.json", generation_config(folder, folded))
-    weights = marian_weights(config, ours, folded)
+    write_json(staging / "generation_config.json", generation_config(folder, start))
+    weights = transformers_weights(config, ours, start)
     (staging / "model.safetensors").write_bytes(save(weights, metadata={"format": "pt"}))
     with_source_template(folder.tokenizer.tokenizer, config).save(str(staging / TOKENIZER_FILE))
     write_json(staging / "tokenizer_config.json", tokenizer_config(folder))
     if folder.target_tokenizer_file.is_file():
         shutil.copyfile(folder.target_tokenizer_file, staging / TARGET_TOKENIZER_FILE)
     # Measured on the written folder, so that the number is the one its users get.
-    difference = epsilon_note(config, measured_difference(folder, staging, decoder_start(config, folded)))
+    difference = epsilon_note(config, measured_difference(folder, staging, start))
     if transformers_js:
         from aiayn.export.transformers_js import write_transformers_js_graphs
 
-        write_transformers_js_graphs(folder, staging / ONNX_FOLDER, folded)
-    (staging / "README.md").write_text(model_card(folder, difference, folded, transformers_js), encoding="utf-8")
-    return difference, folded
+        write_transformers_js_graphs(folder, staging / ONNX_FOLDER, start.appended)
+    (staging / "README.md").write_text(model_card(folder, difference, start, transformers_js), encoding="utf-8")
+    return difference, start
 
 
-def report_lines(folder: ModelFolder, out: Path, difference: str, folded: bool, transformers_js: bool) -> list[str]:
+def report_lines(folder: ModelFolder, out: Path, difference: str, start: Start, transformers_js: bool) -> list[str]:
     """What ``out`` holds, how it was checked, how to load and publish it."""
-    config, name = folder.config, hub_name(folder.config)
+    config, name, arrangement = folder.config, hub_name(folder.config), arrangement_of(folder.config)
     size = (out / "model.safetensors").stat().st_size
     return [
-        f"wrote {out}: a transformers Marian model, {config.src_lang}→{config.tgt_lang}, model.safetensors "
-        f"{size / 1e6:.1f} MB ({folder.provenance()})",
+        f"wrote {out}: {arrangement.title} ({arrangement.architecture}), {config.src_lang}→{config.tgt_lang}, "
+        f"model.safetensors {size / 1e6:.1f} MB ({folder.provenance()})",
         difference,
-        f'load it: MarianMTModel.from_pretrained("{out}") and AutoTokenizer.from_pretrained("{out}")',
+        f'load it: AutoModelForSeq2SeqLM.from_pretrained("{out}") and AutoTokenizer.from_pretrained("{out}")',
         *(
             [f"{out / ONNX_FOLDER}: the ONNX graphs transformers.js loads (fp32, the aiayn model's own function)"]
             if transformers_js
             else []
         ),
         *(
-            [f"the decoder starts from an appended row of zeros, <s> folded into its position 0 (see {out}/README.md)"]
-            if folded
+            [f"the decoder starts from {start_name(start)}, <s> folded into its position 0 (see {out}/README.md)"]
+            if start.folded
             else []
         ),
         f"publish it: hf repos create {name}",

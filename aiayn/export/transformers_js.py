@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 import aiayn
-from aiayn.convert.marian_layout import FOLDED_START_BIAS
+from aiayn.convert.transformers_layout import FOLDED_START_BIAS
 from aiayn.core.config import ModelConfig
 from aiayn.core.contract import EXPORTER_KEY, GraphSpec, TensorSpec, stamp
 from aiayn.core.folder import ModelFolder

@@ -34,7 +34,8 @@ def padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]
 def generated(
     model: Any, src: list[list[int]], beams: int, max_output: int, length_penalty: float = 1.0
 ) -> list[list[int]]:
-    """``model.generate``'s ids per source (a MarianMTModel, or Optimum's model of its ONNX export), all in one
+    """``model.generate``'s ids per source (a MarianMTModel or PegasusForConditionalGeneration, or Optimum's model of
+    its ONNX export), all in one
     padded batch (as our search batches), without the start token and what follows </s>; at most ``max_output``
     tokens, as our search is limited by the tests."""
     import torch
@@ -51,12 +52,12 @@ def position_table_difference(folder: Path) -> float | None:
     """max |loaded − stored| over the decoder's position table, where model.safetensors holds one (a native
     folder's, whose row 0 carries <s>): 0 where transformers loads it rather than recomputing its sinusoids."""
     from safetensors.torch import load_file
-    from transformers import MarianMTModel
+    from transformers import AutoModelForSeq2SeqLM
 
     stored = load_file(str(folder / "model.safetensors")).get(DECODER_POSITIONS)
     if stored is None:
         return None
-    loaded = MarianMTModel.from_pretrained(str(folder)).get_parameter(DECODER_POSITIONS)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(str(folder)).get_parameter(DECODER_POSITIONS)
     return float((loaded.detach().float() - stored.float()).abs().max())
 
 
