@@ -63,6 +63,7 @@ class Kind(Enum):
     JOIN = "join"  # a page request joining Gradio's queue, keyed by its session
     CALL = "call"  # a page request joining Gradio's queue by its API name, keyed by the event id answered
     STREAM = "stream"  # a page request's answer
+    HEARTBEAT = "heartbeat"  # a page tab's keep-alive stream, open as long as the tab: never work a drain waits for
     WORK = "work"  # anything else: the JSON route, an upload, the page's files
 
 
@@ -81,6 +82,8 @@ def kind_of(method: str, path: str) -> Kind:
     if not path.startswith(GRADIO_API):
         return Kind.WORK
     parts = path[len(GRADIO_API) :].strip("/").split("/")
+    if parts[0] == "heartbeat":
+        return Kind.HEARTBEAT
     if parts == ["queue", "join"] and method == "POST":
         return Kind.JOIN
     if parts[0] == "call" and method == "POST":
@@ -171,7 +174,7 @@ class Operations:
             await send(message)
 
         scope.setdefault("state", {})  # where the JSON route says its sentences (the same dict the app's Request sees)
-        counted = kind is not Kind.OPS and kind is not Kind.STREAM
+        counted = kind not in (Kind.OPS, Kind.STREAM, Kind.HEARTBEAT)
         if counted:
             self.lifecycle.accepted()
         try:

@@ -287,3 +287,29 @@ def test_a_page_request_whose_stream_never_opens_is_forgotten_in_time(monkeypatc
     monkeypatch.setattr(aiayn.serve.operations, "ABANDONED_S", 0.0)
     asked("POST", "/gradio_api/call/translate")  # the three before it, never streamed, are let go
     assert lifecycle.open_work == 1 and list(asked.operations.page_events) == ["E4"]
+
+
+def test_a_page_tabs_heartbeat_is_never_work_a_drain_waits_for() -> None:
+    """Gradio keeps ``/gradio_api/heartbeat/{session}`` open as long as the visitor's tab: counted as work, it held
+    every drain to its grace period and was reported as a request cut."""
+    lifecycle = Lifecycle()
+    lifecycle.ready()
+    opened = asyncio.Event()
+    during: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        opened.set()
+        await asyncio.sleep(0.05)  # the stream stays open; what the drain sees meanwhile:
+        during.append(lifecycle.open_work)
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        pass
+
+    scope = {"type": "http", "method": "GET", "path": "/gradio_api/heartbeat/S1", "query_string": b"", "headers": []}
+    asyncio.run(Operations(app, lifecycle, None)(scope, receive, send))
+    assert opened.is_set() and during == [0] and lifecycle.open_work == 0
