@@ -292,18 +292,25 @@ def finish_as_fairseq(monkeypatch: pytest.MonkeyPatch) -> None:
     """Our beam search with the rule by which fairseq, generate and CTranslate2 finish a hypothesis: </s> ends one
     only among the best k of the 2k candidates. Ours ends one wherever fewer than k live candidates rank above it,
     the one difference between their beam 4 and ours at the same |Y|^α (docs/models.md)."""
-    import dataclasses
-
     from aiayn.search import beam
 
-    ranked = beam.ranked_candidates
+    ranked_step = beam.ranked_step
 
-    def fairseq(*args: Any) -> Any:
-        candidates = ranked(*args)
-        best_k = np.arange(candidates.ends.shape[1]) < args[-1]  # (m,) the k best columns
-        return dataclasses.replace(candidates, ends=candidates.ends & best_k)
+    def fairseq(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int, k: int) -> Any:
+        ranked = ranked_step(scores, top_log_probs, top_ids, eos, k)
+        if ranked.ends is None:
+            return ranked
+        (n, w), kk = scores.shape, top_ids.shape[1]
+        every = (scores.reshape(-1, 1) + top_log_probs).reshape(n, w * kk)
+        best_k = beam.top_columns(every, min(2 * k, w * kk))[:, :k]  # (n, k) the k best candidates' columns
+        at = best_k + np.arange(0, n * w * kk, w * kk)[:, None]
+        rows, cols = np.nonzero(top_ids.reshape(-1)[at] == eos)
+        among_best_k = set(zip(rows.tolist(), (best_k[rows, cols] // kk).tolist(), strict=True))  # (row, beam)
+        rows, beams, log_probs = ranked.ends
+        keep = np.array([(r, b) in among_best_k for r, b in zip(rows.tolist(), beams.tolist(), strict=True)], bool)
+        return ranked._replace(ends=(rows[keep], beams[keep], log_probs[keep]) if keep.any() else None)
 
-    monkeypatch.setattr(beam, "ranked_candidates", fairseq)
+    monkeypatch.setattr(beam, "ranked_step", fairseq)
 
 
 @pytest.mark.parametrize("name", BUNDLED)
