@@ -24,7 +24,7 @@ from aiayn.core.config import ModelConfig, SpecialTokens
 from aiayn.core.folder import bundled_models
 from aiayn.data.multi30k import find_data_dir
 from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID
-from aiayn.engines.onnx.serving.spec import HOST_READ, SEQLENS_K, TOTAL_LEN
+from aiayn.engines.onnx.serving.spec import HOST_READ, SEQLENS_K, TOTAL_LEN, ServingOps
 from aiayn.engines.onnx.tiny_graphs import INDICES
 
 INVENTED = [
@@ -446,7 +446,7 @@ def broken_gpu_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
     build = serving_engine.build_serving_graphs
 
     def broken(config: ModelConfig, weights: dict[str, np.ndarray], *args: Any) -> Any:
-        ops = args[-1]
+        ops = next(arg for arg in args if isinstance(arg, ServingOps))  # positional, after the block scheme
         wrong = dict(weights, **{WRONG_WEIGHT: weights[WRONG_WEIGHT] * 1.5}) if ops.device == "cuda" else weights
         return build(config, wrong, *args)
 
