@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,9 @@ class Echo:
     def __init__(self, events: list[object]) -> None:
         self.events = events
 
-    def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
+    def outputs(
+        self, src_ids: Sequence[Sequence[int]], settings: SearchSettings, wanted: Callable[[], bool] | None = None
+    ) -> list[Output]:
         self.events.append("search")
         return [Output(list(ids), 0.0, True, [0.0] * len(ids)) for ids in src_ids]
 
