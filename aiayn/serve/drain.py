@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 from types import FrameType
+from typing import Protocol
 
 GRACE_S = 30.0  # --grace's default: Kubernetes' terminationGracePeriodSeconds
 RETRY_AFTER_S = 5  # what a refused request is told: another replica, or this one restarted, answers by then
@@ -31,6 +32,7 @@ READINESS_REASONS = {
     Phase.LOADING: "loading the models (and, on a GPU, checking them)",
     Phase.DRAINING: "draining: answering the requests accepted before the stop, refusing new ones",
 }
+UNHEALTHY = "unhealthy"  # /readyz's status where the phase is ready but the check given to ``ready`` says why not
 
 
 class StoppedAtOnce(Exception):
@@ -45,9 +47,14 @@ class Lifecycle:
         self.phase = Phase.LOADING
         self.open_work = 0
         self.changed = threading.Condition()
+        self.unhealthy_because: Callable[[], str | None] = lambda: None
 
-    def ready(self) -> None:
+    def ready(self, unhealthy_because: Callable[[], str | None] | None = None) -> None:
+        """Loaded; ``unhealthy_because`` says, each time readiness is asked, why the process cannot serve even so
+        (a search worker dead: ``health.unhealthy_because``), or None."""
         with self.changed:
+            if unhealthy_because is not None:
+                self.unhealthy_because = unhealthy_because
             if self.phase is Phase.LOADING:
                 self.phase = Phase.READY
 
@@ -62,7 +69,14 @@ class Lifecycle:
 
     def not_ready_because(self) -> str | None:
         """Why the process is not ready (None: it is)."""
-        return READINESS_REASONS.get(self.phase)
+        return READINESS_REASONS.get(self.phase) or self.unhealthy_because()
+
+    @property
+    def status(self) -> str:
+        """/readyz's ``status``: the phase, or ``unhealthy`` where ready but the check says why not."""
+        if self.phase is Phase.READY and self.unhealthy_because() is not None:
+            return UNHEALTHY
+        return self.phase.value
 
     def accepted(self, units: int = 1) -> None:
         with self.changed:
@@ -83,21 +97,32 @@ class Lifecycle:
             return self.open_work
 
 
-def serve_until_stopped(lifecycle: Lifecycle, grace_s: float, close: Callable[[], None]) -> int:
+class Drained(Protocol):
+    """What ``serve_until_stopped`` drains: a ``Lifecycle`` here, or one asked through Ray Serve's handle."""
+
+    @property
+    def open_work(self) -> int: ...
+
+    def drain(self) -> None: ...
+
+    def wait_answered(self, seconds: float) -> int: ...
+
+
+def serve_until_stopped(lifecycle: Drained, grace_s: float, close: Callable[[], None]) -> int:
     """Serve until SIGTERM or Ctrl-C, then drain for at most ``grace_s`` and ``close`` the server: the units of
     work cut (0: every accepted request was answered). Run in the main thread, where Python handles signals."""
     stop = threading.Event()
 
     def on_signal(signum: int, _: FrameType | None) -> None:
-        if lifecycle.draining:
+        if stop.is_set():
             raise StoppedAtOnce()
-        lifecycle.drain()
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while not stop.wait(POLL_S):
             pass
+        lifecycle.drain()
         print(
             f"draining: answering the {lifecycle.open_work} request(s) accepted, refusing new ones with 503, for at "
             f"most {grace_s:g} s (a second Ctrl-C or SIGTERM stops at once)",

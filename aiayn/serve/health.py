@@ -1,5 +1,6 @@
 """Liveness and readiness: ``GET /healthz`` (200 while the process serves) and ``GET /readyz`` (200 once every
-model is loaded and, on a GPU, self-checked; 503 while loading or draining, with a one-line JSON reason), for a
+model is loaded and, on a GPU, self-checked; 503 while loading or draining, or with a search worker dead, with a
+one-line JSON reason), for a
 load balancer or Kubernetes' probes; the server that answers them while the models load; and the check Ray Serve
 asks each replica. Torch-free.
 """
@@ -32,7 +33,7 @@ def health_routes(lifecycle: Lifecycle) -> list[Route]:
         if reason is None:
             return JSONResponse({"status": "ready"})
         headers = {"Retry-After": str(RETRY_AFTER_S)}
-        return JSONResponse({"status": lifecycle.phase.value, "reason": reason}, status_code=503, headers=headers)
+        return JSONResponse({"status": lifecycle.status, "reason": reason}, status_code=503, headers=headers)
 
     return [
         Route(LIVE_PATH, live, methods=["GET"], name="healthz"),
@@ -70,10 +71,18 @@ class LoadingServer:
         self.thread.join()
 
 
-def check_health(service: TranslationService) -> None:
-    """Ray Serve's replica check: raises where the replica cannot translate (no model, a search worker gone)."""
+def unhealthy_because(service: TranslationService) -> str | None:
+    """Why ``service`` cannot translate (no model, a search worker gone), or None: it can."""
     if not service.models:
-        raise RuntimeError("no model loaded")
+        return "no model loaded"
     for name, model in service.models.items():
         if any(not worker.is_alive() for worker in model.batcher.workers):
-            raise RuntimeError(f"{name}: a search worker thread has died")
+            return f"{name}: a search worker thread has died"
+    return None
+
+
+def check_health(service: TranslationService) -> None:
+    """Ray Serve's replica check: raises where the replica cannot translate (``unhealthy_because``)."""
+    reason = unhealthy_because(service)
+    if reason is not None:
+        raise RuntimeError(reason)

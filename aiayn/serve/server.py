@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded:
     from starlette.middleware import Middleware
     from starlette.routing import BaseRoute
 
+    from aiayn.serve.drain import Lifecycle
     from aiayn.serve.service import TranslationService
 
 MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
@@ -74,24 +75,27 @@ def page_with_routes(
     models: list[str] | None,
     limits: Limits = DEFAULT_LIMITS,
     operator: OperatorOptions = DEFAULT_OPERATOR,
+    lifecycle: Lifecycle | None = None,
 ) -> FastAPI:
     """The page and the JSON route as one ASGI app for a server of its own (Ray Serve's), with the settings
-    ``launch`` gives Gradio's, and the operators' routes and middleware, ready once built."""
+    ``launch`` gives Gradio's, and the operators' routes and middleware over ``lifecycle`` (its drain the
+    server's to start), ready once built."""
     import gradio as gr
     from fastapi import FastAPI
 
     from aiayn.serve import metrics
     from aiayn.serve.api import json_route
     from aiayn.serve.drain import Lifecycle
+    from aiayn.serve.health import unhealthy_because
     from aiayn.serve.operations import operated
     from aiayn.serve.page import build_app
 
-    lifecycle = Lifecycle()
+    lifecycle = lifecycle or Lifecycle()
     routes, middleware = operated(lifecycle, operator)
     blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
     app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
-    lifecycle.ready()
+    lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
     return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
 
@@ -138,7 +142,7 @@ def serve(
     bound_server_memory()  # before ONNX Runtime's threads start
     from aiayn.serve import metrics
     from aiayn.serve.drain import Lifecycle, serve_until_stopped
-    from aiayn.serve.health import LoadingServer
+    from aiayn.serve.health import LoadingServer, unhealthy_because
     from aiayn.serve.operations import operated
 
     apply_gradio_settings()
@@ -156,7 +160,7 @@ def serve(
         service = TranslationService(options, split_clauses)
         app = build_app(service, models, limits)
     launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
-    lifecycle.ready()
+    lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
     names = ", ".join(service.models)
     first = next(iter(service.models.values()))

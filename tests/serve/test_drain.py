@@ -6,6 +6,7 @@ gets 503 with Retry-After, no connection is reset, and the process exits 0 withi
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -19,11 +20,16 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from aiayn.bench.crowd import Connection, completed_data
 from aiayn.bench.serving import free_port
+from aiayn.engines.options import EngineOptions
 from aiayn.serve.drain import Lifecycle, serve_until_stopped
+from aiayn.serve.health import health_routes, unhealthy_because
 from aiayn.serve.page import FALLBACK_EXAMPLES
+from aiayn.serve.service import TranslationService
 
 SENTENCES = FALLBACK_EXAMPLES["en"]  # written for the page
 PAGE_REQUESTS = JSON_REQUESTS = 100
@@ -200,3 +206,20 @@ def test_the_grace_period_ends_a_drain_that_never_finishes(capsys: pytest.Captur
     sender.join()
     assert 1.0 <= time.monotonic() - started < 30
     assert "stopped after the grace period: 1 request(s) cut" in capsys.readouterr().err
+
+
+def test_readiness_turns_503_when_a_search_worker_dies(bundled: dict[str, Path]) -> None:
+    """Not Ray's check alone: /readyz itself asks the search workers, so that a load balancer stops sending."""
+    service = TranslationService(EngineOptions(device="cpu"))
+    service.model("en-de")
+    lifecycle = Lifecycle()
+    lifecycle.ready(functools.partial(unhealthy_because, service))
+    client = TestClient(Starlette(routes=health_routes(lifecycle)))
+    assert client.get("/readyz").status_code == 200
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    service.models["en-de"].batcher.workers.append(dead)
+    answer = client.get("/readyz")
+    assert answer.status_code == 503 and answer.headers["retry-after"]
+    assert answer.json() == {"status": "unhealthy", "reason": "en-de: a search worker thread has died"}
