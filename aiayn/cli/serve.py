@@ -206,7 +206,8 @@ def ray_serve(args: argparse.Namespace) -> None:
     app = Application(
         args.model, options, not args.no_clauses, scaling, args.host, args.port, limits, operator_options(args)
     )
-    serve_on_ray(address, app)
+    if serve_on_ray(address, app):
+        sys.exit(1)  # requests were cut by the stop: stderr says how many
 
 
 def add_translate(sub: Any) -> None:

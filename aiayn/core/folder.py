@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -77,6 +76,15 @@ def bundled_models() -> dict[str, Path]:
         return {}
     folders = sorted(PRETRAINED_DIR.iterdir(), key=lambda p: (p.name != DEFAULT_MODEL, p.name))
     return {p.name: p for p in folders if (p / CONFIG_FILE).is_file()}
+
+
+def named_or_bundled(names: list[str] | None) -> list[str]:
+    """The models a server serves: those ``names`` give, or without any every bundled model (none: one clear
+    error)."""
+    chosen = names or list(bundled_models())
+    if not chosen:
+        raise FileNotFoundError("no bundled models found; pass --model DIR or add folders under pretrained/")
+    return chosen
 
 
 def resolve_model(name_or_path: str | Path) -> Path:
@@ -171,9 +179,7 @@ class ModelFolder:
                 (tokenizer.target_tokenizer_file, folder.target_tokenizer_file),
             ):
                 if source.is_file():
-                    tmp = target.with_name(target.name + ".tmp")
-                    shutil.copyfile(source, tmp)
-                    tmp.replace(target)
+                    write_file(target, source.read_bytes())
                 else:
                     target.unlink(missing_ok=True)  # a folder re-created from one with a single tokenizer
         else:

@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from aiayn.core.folder import bundled_models
+from aiayn.core.folder import named_or_bundled
 from aiayn.search.translator import MAX_BEAM
 from aiayn.serve import metrics
 from aiayn.serve.downloads import Downloads
@@ -381,10 +381,7 @@ def build_app(
 ) -> gr.Blocks:
     """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts; its
     translated files kept as ``limits`` say."""
-    names = model_names or list(bundled_models())
-    if not names:
-        raise FileNotFoundError("no bundled models found; pass --model DIR or add folders under pretrained/")
-    served = directions({name: service.model(name) for name in names})
+    served = directions({name: service.model(name) for name in named_or_bundled(model_names)})
     handlers = Handlers(service, served, Downloads(limits))
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         wire(lay_out(served, service.options.variant), handlers)

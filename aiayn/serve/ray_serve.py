@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
+import os
 import socket
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.core.folder import named_or_bundled
 from aiayn.engines.options import EngineOptions
+from aiayn.serve.drain import POLL_S, Lifecycle, serve_until_stopped
 from aiayn.serve.health import check_health
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits
 from aiayn.serve.operations import DEFAULT_OPERATOR, OperatorOptions
@@ -170,14 +172,42 @@ class PageIngress:
         apply_gradio_settings()
         self.service = RemoteTranslation(translation, options, split_clauses)
         self.models, self.limits, self.operator = models, limits, operator
+        self.lifecycle = Lifecycle()
 
     def __serve_build_asgi_app__(self) -> Any:
         from aiayn.serve.server import page_with_routes
 
-        return page_with_routes(self.service, self.models, self.limits, self.operator)
+        return page_with_routes(self.service, self.models, self.limits, self.operator, self.lifecycle)
 
     def check_health(self) -> None:
         check_health(self.service)
+
+    def drain(self) -> None:
+        """The driver's SIGTERM: readiness 503, new requests refused with 503 and Retry-After (``operations.py``)."""
+        self.lifecycle.drain()
+
+    def open_work(self) -> int:
+        return self.lifecycle.open_work
+
+
+class DrainedPage:
+    """The page replica's drain as the driver's ``serve_until_stopped`` runs it, asked through its handle."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    @property
+    def open_work(self) -> int:
+        return int(self.handle.open_work.remote().result())
+
+    def drain(self) -> None:
+        self.handle.drain.remote().result()
+
+    def wait_answered(self, seconds: float) -> int:
+        deadline = time.monotonic() + seconds
+        while (left := self.open_work) > 0 and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return left
 
 
 def reachable(address: str) -> None:
@@ -242,14 +272,17 @@ def deploy(app: Application) -> None:
         graceful_shutdown_timeout_s=grace,
         ray_actor_options={"num_cpus": 0},  # the replicas' CPUs are the searches'
     )(serve.ingress()(PageIngress))
-    replicas = translation.bind(app.models or [], app.options, app.split_clauses)
-    ingress = page.bind(replicas, app.models, app.options, app.split_clauses, app.limits, app.operator)
+    models = named_or_bundled(app.models)  # named in the replicas too: each loads them before its first check
+    replicas = translation.bind(models, app.options, app.split_clauses)
+    ingress = page.bind(replicas, models, app.options, app.split_clauses, app.limits, app.operator)
     serve.run(ingress, name=APP_NAME, route_prefix="/")
 
 
-def serve_on_ray(address: str | None, app: Application) -> None:
-    """`aiayn serve --ray`: the application until Ctrl-C (or SIGTERM), then taken down (and Ray with it where it was
-    started here); one line on stderr says where."""
+def serve_on_ray(address: str | None, app: Application) -> int:
+    """`aiayn serve --ray`: the application until Ctrl-C (or SIGTERM), then drained as the page server is
+    (``drain.py``: the page's replica refuses new requests, answers those it accepted, for at most the grace
+    period) and taken down (and Ray with it where it was started here); one line on stderr says where. Returns the
+    requests cut by the stop (0: all answered)."""
     from aiayn.serve.server import check_port
 
     scaling = app.scaling
@@ -260,6 +293,7 @@ def serve_on_ray(address: str | None, app: Application) -> None:
     except ImportError:
         raise RayMissing() from None
     check_port(app.host, app.port)  # Ray's proxy would only say so in its own log
+    address = address or os.environ.get("RAY_ADDRESS") or None  # as Ray's own commands read it
     started = connect(address)
     try:
         deploy(app)
@@ -270,10 +304,8 @@ def serve_on_ray(address: str | None, app: Application) -> None:
             f"POST /v1/translate at http://{app.host}:{app.port} (Ray's HTTP proxy); Ctrl-C to stop",
             file=sys.stderr,
         )
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        page = DrainedPage(serve.get_app_handle(APP_NAME))
+        return serve_until_stopped(page, app.operator.grace_s, lambda: None)
     finally:
         serve.delete(APP_NAME)
         if started:

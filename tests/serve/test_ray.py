@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.bench.crowd import Connection, ask_page
-from aiayn.bench.ray_serving import Load, json_crowd
+from aiayn.bench.ray_serving import FAILED, Load, json_crowd
 from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.engines.options import EngineOptions
 from aiayn.serve.service import TranslationService
@@ -125,23 +128,37 @@ def cluster() -> Iterator[Cluster]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Served:
+    port: int  # Ray's HTTP proxy's
+    process: subprocess.Popen[bytes]
+    log: Path  # its stderr
+
+
+def readme_ray_command() -> list[str]:
+    """The README's `aiayn serve --ray ...` line as typed, less `aiayn` and its comment."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    lines = [line for line in readme.splitlines() if line.startswith("aiayn serve --ray")]
+    (found,) = [shlex.split(line, comments=True) for line in lines]
+    return found[1:]
+
+
 @pytest.fixture(scope="module")
-def served(cluster: Cluster, bundled: dict[str, Path]) -> Iterator[int]:
-    """`aiayn serve --ray ADDRESS --replicas 2` on the cluster: the port of Ray's HTTP proxy."""
-    port = free_port()
-    command = [sys.executable, "-m", "aiayn.cli", "serve", "--ray", cluster.address, "--replicas", "2"]
-    server = subprocess.Popen(
-        [*command, "--model", "en-de", "--port", str(port)],
-        env=cluster.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def served(cluster: Cluster, bundled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The README's `aiayn serve --ray --replicas 2` as typed, its defaults kept (the bundled models, no --model),
+    but for a free port, on the cluster (``RAY_ADDRESS``, which Ray reads where no ADDRESS is given)."""
+    port, log = free_port(), tmp_path_factory.mktemp("ray") / "serve.log"
+    command = [sys.executable, "-m", "aiayn.cli", *readme_ray_command(), "--port", str(port)]
+    with log.open("wb") as stderr:
+        server = subprocess.Popen(
+            command, env={**cluster.env, "RAY_ADDRESS": cluster.address}, stdout=subprocess.DEVNULL, stderr=stderr
+        )
     try:
         wait_until_serving(server, f"http://127.0.0.1:{port}/")
-        yield port
+        yield Served(port, server, log)
     finally:
         server.send_signal(signal.SIGTERM)  # takes the application down, leaves the cluster to the fixture
-        server.wait(timeout=60)
+        server.wait(timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +183,7 @@ async def crowd_with_a_replica_killed(port: int) -> tuple[list[tuple[str, str]],
     return answers, victim
 
 
-def test_two_nodes_hold_the_two_replicas(cluster: Cluster, served: int) -> None:
+def test_two_nodes_hold_the_two_replicas(cluster: Cluster, served: Served) -> None:
     import ray
 
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
@@ -179,9 +196,9 @@ def test_two_nodes_hold_the_two_replicas(cluster: Cluster, served: int) -> None:
     assert len(replicas("Page")) == 1
 
 
-def test_a_replica_killed_under_load_loses_no_request(served: int, expected: dict[str, str]) -> None:
+def test_a_replica_killed_under_load_loses_no_request(served: Served, expected: dict[str, str]) -> None:
     before = set(replicas("Translation"))
-    answers, victim = asyncio.run(crowd_with_a_replica_killed(served))
+    answers, victim = asyncio.run(crowd_with_a_replica_killed(served.port))
     assert victim in before
     assert len(answers) == CLIENTS * REQUESTS_PER_CLIENT
     wrong = [(sentence, answer) for sentence, answer in answers if answer != expected[sentence]]
@@ -193,10 +210,11 @@ def test_a_replica_killed_under_load_loses_no_request(served: int, expected: dic
 
 
 def test_the_operators_routes_answer_through_the_proxy(
-    served: int, models_info: Callable[[str], list[dict[str, str]]]
+    served: Served, bundled: dict[str, Path], models_info: Callable[[str], list[dict[str, str]]]
 ) -> None:
-    models = models_info(f"http://127.0.0.1:{served}/")
-    assert [(m["model"], m["direction"], m["variant"]) for m in models] == [("en-de", "en-de", "fp32")]
+    models = models_info(f"http://127.0.0.1:{served.port}/")
+    # No --model: the bundled ones, named to the replicas too (unnamed, Ray's first health check failed the deploy).
+    assert [(m["model"], m["direction"], m["variant"]) for m in models] == [(n, n, "fp32") for n in bundled]
 
 
 def test_the_replicas_answer_ray_serves_health_check(bundled: dict[str, Path]) -> None:
@@ -215,9 +233,9 @@ def test_the_replicas_answer_ray_serves_health_check(bundled: dict[str, Path]) -
         replica.check_health()
 
 
-def test_the_pages_api_answers_through_the_proxy(served: int, expected: dict[str, str]) -> None:
+def test_the_pages_api_answers_through_the_proxy(served: Served, expected: dict[str, str]) -> None:
     async def ask() -> list[str]:
-        connection = await Connection.open(served)
+        connection = await Connection.open(served.port)
         try:
             return [await ask_page(connection, s, "en-de") for s in SENTENCES]
         finally:
@@ -226,7 +244,7 @@ def test_the_pages_api_answers_through_the_proxy(served: int, expected: dict[str
     assert asyncio.run(ask()) == [expected[s] for s in SENTENCES]
 
 
-def test_the_page_translates_in_chromium_through_the_proxy(served: int, expected: dict[str, str]) -> None:
+def test_the_page_translates_in_chromium_through_the_proxy(served: Served, expected: dict[str, str]) -> None:
     from playwright.sync_api import expect
 
     from aiayn.bench.web import CHROMIUM, chromium
@@ -236,8 +254,45 @@ def test_the_page_translates_in_chromium_through_the_proxy(served: int, expected
     with chromium() as browser:
         page = browser.new_page()
         page.set_default_timeout(60_000)
-        page.goto(f"http://127.0.0.1:{served}/", wait_until="load")
+        page.goto(f"http://127.0.0.1:{served.port}/", wait_until="load")
         page.locator("#source-text textarea").fill(SENTENCES[0])
         page.locator("#translate-button").click()
         expect(page.locator("#translation textarea")).to_have_value(expected[SENTENCES[0]])
         page.close()
+
+
+def test_sigterm_drains_as_the_page_server_does(served: Served, expected: dict[str, str]) -> None:
+    """Last in this file: it stops the application. The requests accepted before SIGTERM are answered, readiness
+    and a new request get 503 with Retry-After meanwhile, and the command exits 0, saying it drained."""
+
+    async def drained() -> tuple[list[tuple[str, str]], list[tuple[int, str | None]]]:
+        load = Load("one sentence", 8, 4, 1)
+        crowd = asyncio.create_task(json_crowd(served.port, load, SENTENCES, "en-de"))
+        await asyncio.sleep(0.5)  # the crowd's first requests accepted
+        served.process.send_signal(signal.SIGTERM)
+        seen = []
+        while not seen or seen[-1][0] != 503:
+            seen.append(await asyncio.to_thread(status_of, served.port, "/readyz"))
+            await asyncio.sleep(0.05)
+        seen.append(await asyncio.to_thread(status_of, served.port, "/v1/translate", b'{"sentences": ["A dog."]}'))
+        _, answers = await crowd
+        return answers, seen
+
+    answers, seen = asyncio.run(drained())
+    exit_code = served.process.wait(timeout=120)
+    said = served.log.read_text()
+    assert seen[-2][0] == 503 and seen[-2][1] and seen[-1][0] == 503 and seen[-1][1], seen  # each with Retry-After
+    answered = [(sentence, answer) for sentence, answer in answers if answer == expected[sentence]]
+    refused = [answer for _, answer in answers if answer.startswith(FAILED) and "draining" in answer]
+    assert len(answered) + len(refused) == len(answers) and answered, answers  # accepted: answered; after: 503
+    assert exit_code == 0 and "drained: every accepted request answered" in said, said
+
+
+def status_of(port: int, path: str, body: bytes | None = None) -> tuple[int, str | None]:
+    """(status, its Retry-After header) of a GET, or of a POST of the JSON ``body``."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.headers.get("Retry-After")
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers.get("Retry-After")
