@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from aiayn.core.config import SpecialTokens
 from aiayn.core.normalizer import is_tidy, normalize_text, tidy_normalizer
+from aiayn.core.outputs import write_file
 
 TOKENIZER_FILE = "tokenizer.json"  # the name HF `tokenizers` users expect; a model folder holds it
 TARGET_TOKENIZER_FILE = "target_tokenizer.json"  # only where the target side has its own (imported checkpoints)
@@ -128,9 +129,7 @@ class SubwordTokenizer:
             if tokenizer is None:
                 file.unlink(missing_ok=True)  # a folder re-created with one shared tokenizer
                 continue
-            tmp = file.with_name(file.name + ".tmp")
-            tokenizer.save(str(tmp))
-            tmp.replace(file)
+            write_file(file, tokenizer.to_str(pretty=True).encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | Path, source_prefix: Sequence[int] = ()) -> SubwordTokenizer:

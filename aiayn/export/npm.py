@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiayn.core.outputs import write_file
+
 DEFAULT_REGISTRY = "https://registry.npmjs.org/"  # npm's own default
 CACHE_DIR = Path(os.environ.get("AIAYN_NPM_CACHE", Path.home() / ".cache" / "aiayn" / "npm"))
 
@@ -147,9 +149,7 @@ def tarball(package: NpmPackage, cache_dir: Path = CACHE_DIR, settings: Mapping[
     if not matches(data, package.integrity):
         raise ValueError(f"{url} is not the pinned {package.name} {package.version} (its sha512 differs)")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(cached.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(cached)
+    write_file(cached, data)
     return data
 
 

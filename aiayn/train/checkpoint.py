@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from aiayn.core.outputs import replacing
 from aiayn.model.weights import UnsafePickle, UnsafeTorch, read_tensor_pickle
 
 
@@ -15,12 +15,8 @@ def save_atomic(obj: Any, path: Path) -> None:
     """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``. ``obj`` holds tensors and
     plain values only (dicts, lists, numbers, text), which is all ``load_checkpoint`` reads back."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with replacing(path) as f:
         torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 # At the end of a run a resumed run goes straight to averaging, so it averages the checkpoints that are left.

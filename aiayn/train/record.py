@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.folder import ModelFolder
-from aiayn.core.outputs import write_file
+from aiayn.core.outputs import replacing, write_file
 
 
 def write_record(folder: ModelFolder, record: dict[str, Any]) -> None:
@@ -34,7 +34,6 @@ def plot_history(epochs: list[dict[str, float]], path: Path) -> None:
     bleu_ax.set_xlabel("epoch")
     bleu_ax.set_ylabel("validation BLEU (greedy)")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")  # the name core/outputs.py knows as a file's temporary twin
-    fig.savefig(tmp, dpi=80, format="png")
+    with replacing(path) as f:  # a temporary twin core/outputs.py knows
+        fig.savefig(f, dpi=80, format="png")
     plt.close(fig)
-    tmp.replace(path)

@@ -210,7 +210,7 @@ def test_prepare_replaces_its_own_output_whole_and_a_failed_run_leaves_it_as_it_
     assert "holds notes.txt, which aiayn prepare did not write" in refused_line(capsys)
     assert folder_bytes(out) == {**before, "notes.txt": folder_bytes(out)["notes.txt"]}
     assert main(["prepare", *corpus, "--vocab-size", "64", "--out", str(out), "--overwrite"]) == 0
-    assert not (out / "notes.txt").exists()
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"  # --overwrite replaces its own files only
 
 
 def test_train_refuses_a_model_folder_it_did_not_start_and_leaves_it_byte_for_byte(

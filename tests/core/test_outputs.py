@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import secrets
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
-from aiayn.core.outputs import MANIFEST_FILE, Command, claim, mark, write_file, written_whole
+from aiayn.core.outputs import MANIFEST_FILE, Command, claim, mark, read_manifest, write_file, written_whole
 
 MAKER = Command("aiayn make", "choose another --out, or pass --overwrite")
 OTHER = Command("aiayn other", "choose another --out")
@@ -85,7 +89,7 @@ def test_an_empty_folder_and_a_missing_one_are_the_commands(tmp_path: Path) -> N
     assert (tmp_path / "empty" / "a.txt").is_file() and (tmp_path / "new" / "deeper" / "a.txt").is_file()
 
 
-def test_overwrite_replaces_a_foreign_folder_but_never_an_input_the_current_or_home_folder(
+def test_overwrite_writes_into_a_foreign_folder_keeping_its_files_but_never_an_input_the_current_or_home_folder(
     folder_bytes: Bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
@@ -105,7 +109,75 @@ def test_overwrite_replaces_a_foreign_folder_but_never_an_input_the_current_or_h
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with written_whole(out, MAKER, overwrite=True) as staging:
         (staging / "a.txt").write_text("a")
-    assert set(folder_bytes(out)) == {"a.txt", MANIFEST_FILE}
+    assert folder_bytes(out) == {**before, "a.txt": folder_bytes(out)["a.txt"], MANIFEST_FILE: mock.ANY}
+
+
+def test_overwrite_replaces_its_own_files_and_keeps_and_names_every_other(
+    folder_bytes: Bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`aiayn export en-de --to web --out ~/Documents --overwrite` must not remove ~/Documents."""
+    documents = tmp_path / "Documents"
+    (documents / "taxes").mkdir(parents=True)
+    (documents / "taxes" / "2026.pdf").write_bytes(b"%PDF")
+    (documents / "notes.txt").write_text("mine")
+    (documents / "index.html").write_text("my own page")  # a name the command writes: its own now
+    with written_whole(documents, MAKER, overwrite=True) as staging:
+        (staging / "index.html").write_text("<html>")
+        (staging / "model.onnx").write_bytes(b"graph")
+    got = folder_bytes(documents)
+    assert set(got) == {"taxes/2026.pdf", "notes.txt", "index.html", "model.onnx", MANIFEST_FILE}
+    assert (documents / "taxes" / "2026.pdf").read_bytes() == b"%PDF"
+    assert (documents / "notes.txt").read_text() == "mine"
+    assert sorted(json.loads((documents / MANIFEST_FILE).read_text())["files"]) == ["index.html", "model.onnx"]
+    assert "--overwrite kept 2 file(s) in " in capsys.readouterr().err
+    with written_whole(documents, MAKER, overwrite=True) as staging:  # again: its own files replaced, stale gone
+        (staging / "index.html").write_text("<html>2")
+    assert set(folder_bytes(documents)) == {"taxes/2026.pdf", "notes.txt", "index.html", MANIFEST_FILE}
+    assert "notes.txt, taxes/2026.pdf" in capsys.readouterr().err
+    with pytest.raises(FileExistsError, match="holds notes.txt"):  # still not the command's to write without it
+        claim(documents, MAKER)
+
+
+def test_overwrite_refuses_a_file_in_the_way_of_the_output_and_moves_nothing(
+    folder_bytes: Bytes, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "model").write_text("a file where the command writes a folder")
+    before = folder_bytes(out)
+    with pytest.raises(FileExistsError, match="model is in the way"), written_whole(out, MAKER, True) as staging:
+        (staging / "model").mkdir()
+        (staging / "model" / "config.json").write_text("{}")
+    assert folder_bytes(out) == before and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_temporary_twin_is_made_anew_and_never_through_a_planted_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / f"{MANIFEST_FILE}.tmp").symlink_to(victim)  # the name earlier releases wrote through
+    mark(out, MAKER, ["config.json"])
+    assert victim.read_text() == "precious" and read_manifest(out) == (MAKER.name, {"config.json"})
+    monkeypatch.setattr(secrets, "token_hex", lambda _: "0" * 16)  # a guessed name, a link planted there
+    (out / f".config.json.{'0' * 16}.tmp").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        write_file(out / "config.json", b"{}")
+    assert victim.read_text() == "precious" and not (out / "config.json").exists()
+    monkeypatch.undo()
+    write_file(out / "config.json", b"{}")
+    twins = sorted(p.name for p in out.iterdir() if p.name.startswith(".config.json."))
+    assert twins == [f".config.json.{'0' * 16}.tmp"]  # only the planted link: the new twin was renamed into place
+    assert oct((out / "config.json").stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_a_failure_while_writing_leaves_the_old_output_whole(folder_bytes: Bytes, tmp_path: Path) -> None:
@@ -150,7 +222,8 @@ def test_a_folder_written_in_place_owns_its_names_folders_and_their_temporary_tw
     out = tmp_path / "run"
     mark(out, MAKER, ["config.json", "checkpoints/"])
     (out / "config.json").write_text("{}")
-    (out / "config.json.tmp").write_text("{")  # left by a kill mid-write
+    (out / "config.json.tmp").write_text("{")  # left by a kill mid-write (the name earlier releases used)
+    (out / f".config.json.{'a' * 16}.tmp").write_text("{")  # and the name used now
     (out / "checkpoints").mkdir()
     (out / "checkpoints" / "last.pt").write_bytes(b"x")
     claim(out, MAKER)
@@ -171,7 +244,8 @@ def test_every_file_is_fsynced_before_it_is_renamed_into_place(tmp_path: Path, m
         pytest.skip("no /proc to name a file descriptor's file (Linux only)")
     monkeypatch.setattr(os, "fsync", recording)
     write_file(tmp_path / "config.json", b"{}")
-    assert str(tmp_path / "config.json.tmp") in synced and str(tmp_path) in synced
+    assert any(re.fullmatch(rf"{tmp_path}/\.config\.json\.[0-9a-f]{{16}}\.tmp", name) for name in synced)
+    assert str(tmp_path) in synced
     synced.clear()
     with written_whole(tmp_path / "out", MAKER) as staging:
         (staging / "model.safetensors").write_bytes(b"w")

@@ -83,7 +83,10 @@ def test_its_own_output_is_replaced_whole_a_foreign_file_in_it_needs_overwrite(
     assert f"holds notes.txt, which aiayn export --to {to} did not write" in refused_line(capsys)
     assert folder_bytes(out) == before
     assert export(model, to, given, "--overwrite") == 0
-    assert set(folder_bytes(out)) == set(first)  # the foreign file went with the folder it was put in
+    assert set(folder_bytes(out)) == {*first, "notes.txt"}  # its own files replaced, the foreign one kept, named
+    assert f"--overwrite kept 1 file(s) in {out} that aiayn export --to {to} did not write: notes.txt" in (
+        capsys.readouterr().err
+    )
     assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]  # nothing left beside
 
 
