@@ -11,9 +11,9 @@ its key's stream closes; while draining, streams still open, so that accepted re
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute
 
 from aiayn.serve import metrics
 from aiayn.serve.access_log import AccessLine, AccessLog
-from aiayn.serve.drain import GRACE_S, Lifecycle
+from aiayn.serve.drain import GRACE_S, Lifecycle, PageWork
 from aiayn.serve.health import PATHS as HEALTH_PATHS
 from aiayn.serve.health import health_routes, unavailable
 from aiayn.serve.limits import Reason
@@ -37,10 +37,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 GRADIO_API = "/gradio_api"
-# A page request joined whose stream never opened within this long is taken as abandoned by its client (Gradio
-# answers it all the same): its key is forgotten, so that a client that only joins cannot grow the table or hold
-# a drain. A request accepted waits at most about 30 s of work in Gradio's queue (page.MAX_WAITING).
-ABANDONED_S = 300.0
+JSON_DOORS = "/v1/"  # the JSON route's (api.PATH) and those added beside it: the work a drain waits for
 OPS_PATHS = (*HEALTH_PATHS, metrics.PATH)
 DRAINING = "draining: this server is stopping; ask again (another replica, or this one restarted)"
 
@@ -64,7 +61,9 @@ class Kind(Enum):
     CALL = "call"  # a page request joining Gradio's queue by its API name, keyed by the event id answered
     STREAM = "stream"  # a page request's answer
     HEARTBEAT = "heartbeat"  # a page tab's keep-alive stream, open as long as the tab: never work a drain waits for
-    WORK = "work"  # anything else: the JSON route, an upload, the page's files
+    FILE = "file"  # a file the page serves (a translated file's download): answered while draining, not waited for
+    JSON = "json"  # the JSON doors: work a drain waits for
+    WORK = "work"  # anything else (an upload, its progress, the page's assets): refused while draining, not waited for
 
 
 def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseRoute], list[Middleware]]:
@@ -79,11 +78,15 @@ def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseR
 def kind_of(method: str, path: str) -> Kind:
     if path in OPS_PATHS:
         return Kind.OPS
+    if path.startswith(JSON_DOORS):
+        return Kind.JSON
     if not path.startswith(GRADIO_API):
         return Kind.WORK
     parts = path[len(GRADIO_API) :].strip("/").split("/")
     if parts[0] == "heartbeat":
         return Kind.HEARTBEAT
+    if parts[0].startswith("file=") and method in ("GET", "HEAD"):
+        return Kind.FILE
     if parts == ["queue", "join"] and method == "POST":
         return Kind.JOIN
     if parts[0] == "call" and method == "POST":
@@ -137,9 +140,7 @@ class Operations:
 
     def __init__(self, app: ASGIApp, lifecycle: Lifecycle, log: AccessLog | None) -> None:
         self.app, self.lifecycle, self.log = app, lifecycle, log
-        # A page key → its requests accepted and not yet answered, and when the last joined; the oldest first.
-        self.page_events: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self.page_waiting = 0  # their requests together (the ``aiayn_waiting`` gauge's ``route="page"``)
+        self.pages = PageWork(lifecycle, functools.partial(metrics.waiting, "page"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -148,15 +149,15 @@ class Operations:
         started = time.perf_counter()
         method, path = scope["method"], scope["path"]
         kind = kind_of(method, path)
-        if self.lifecycle.draining and kind not in (Kind.OPS, Kind.STREAM):
-            metrics.refused(Reason.DRAINING)
-            await unavailable(DRAINING)(scope, receive, send)
-            self.ended(method, "(draining)", 503, started, scope)
-            return
         body = b""
         if kind is Kind.JOIN or (kind is Kind.CALL and self.log is not None and self.log.with_text):
             body, receive = await read_body(receive)
         key = self.stream_key(scope) if kind is Kind.STREAM else json_field(body, "session_hash") if body else None
+        if self.lifecycle.draining and not self.admitted_while_draining(kind, key, body):
+            metrics.refused(Reason.DRAINING)
+            await unavailable(DRAINING)(scope, receive, send)
+            self.ended(method, "(draining)", 503, started, scope)
+            return
         status, answer = 500, bytearray()
 
         async def sending(message: Message) -> None:
@@ -164,26 +165,28 @@ class Operations:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 if kind is Kind.JOIN and status == 200 and isinstance(key, str):
-                    self.joined(key)
+                    self.pages.joined(key)
             elif message["type"] == "http.response.body" and kind is Kind.CALL and status == 200:
                 answer.extend(message.get("body", b""))
                 if not message.get("more_body"):
                     called = json_field(bytes(answer), "event_id")
                     if isinstance(called, str):
-                        self.joined(called)  # before the client can read the id and ask for its stream
+                        self.pages.joined(called)  # before the client can read the id and ask for its stream
             await send(message)
 
         scope.setdefault("state", {})  # where the JSON route says its sentences (the same dict the app's Request sees)
-        counted = kind not in (Kind.OPS, Kind.STREAM, Kind.HEARTBEAT)
+        counted = kind in (Kind.JSON, Kind.JOIN, Kind.CALL)  # never a client's pace: an upload, a download
         if counted:
             self.lifecycle.accepted()
+        if kind is Kind.STREAM:
+            self.pages.stream_opened(key)
         try:
             await self.app(scope, receive, sending)
         finally:
             if counted:
                 self.lifecycle.answered()
             if kind is Kind.STREAM:
-                self.streamed(key)
+                self.pages.stream_closed(key)
         if status == 503 and kind in (Kind.JOIN, Kind.CALL):
             metrics.refused(Reason.PAGE_QUEUE_FULL)  # Gradio's queue is full (page.MAX_WAITING)
         self.ended(method, route_of(scope), status, started, scope, page_text(body) if body else None)
@@ -195,27 +198,12 @@ class Operations:
             return hashes[0] if hashes else None
         return str(scope["path"].rstrip("/").rsplit("/", 1)[-1])
 
-    def joined(self, key: str) -> None:
-        now = time.monotonic()
-        while self.page_events and next(iter(self.page_events.values()))[1] < now - ABANDONED_S:
-            self.forget(next(iter(self.page_events)))
-        count, _ = self.page_events.pop(key, (0, now))
-        self.page_events[key] = (count + 1, now)
-        self.lifecycle.accepted()
-        self.page_waiting += 1
-        metrics.waiting("page", self.page_waiting)
-
-    def streamed(self, key: str | None) -> None:
-        """A key's stream closed: its requests answered (or abandoned by their client)."""
-        if key is not None:
-            self.forget(key)
-
-    def forget(self, key: str) -> None:
-        done, _ = self.page_events.pop(key, (0, 0.0))
-        if done:
-            self.lifecycle.answered(done)
-            self.page_waiting -= done
-            metrics.waiting("page", self.page_waiting)
+    def admitted_while_draining(self, kind: Kind, key: object, body: bytes) -> bool:
+        """Health and metrics, the answers' streams and the files they name, and an accepted request's follow-up
+        events (``drain.PageWork``); nothing else."""
+        if kind in (Kind.OPS, Kind.STREAM, Kind.FILE):
+            return True
+        return kind is Kind.JOIN and self.pages.admits_while_draining(key, json_field(body, "fn_index"))
 
     def ended(
         self, method: str, route: str, status: int, started: float, scope: Scope, text: list[str] | None = None

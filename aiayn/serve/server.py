@@ -70,6 +70,12 @@ def apply_gradio_settings() -> None:
         os.environ.setdefault(name, value)
 
 
+def follow_up_events(app: gr.Blocks) -> frozenset[int]:
+    """The page's events that follow another's end (``.success``, ``.failure``: the marks, the attention), by the
+    id a join names them with: a drain admits those of the requests it accepted (``drain.PageWork``)."""
+    return frozenset(fn_id for fn_id, fn in app.fns.items() if fn.trigger_after is not None)
+
+
 def page_with_routes(
     service: TranslationService,
     models: list[str] | None,
@@ -94,6 +100,7 @@ def page_with_routes(
     routes, middleware = operated(lifecycle, operator)
     blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
+    lifecycle.follow_ups = follow_up_events(blocks)
     app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
@@ -159,6 +166,7 @@ def serve(
 
         service = TranslationService(options, split_clauses)
         app = build_app(service, models, limits)
+    lifecycle.follow_ups = follow_up_events(app)
     launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))

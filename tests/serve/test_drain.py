@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -23,12 +24,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+import aiayn.serve.drain
 from aiayn.bench.crowd import Connection, completed_data
 from aiayn.bench.serving import free_port
 from aiayn.engines.options import EngineOptions
 from aiayn.serve.drain import Lifecycle, serve_until_stopped
 from aiayn.serve.health import health_routes, unhealthy_because
-from aiayn.serve.page import FALLBACK_EXAMPLES
+from aiayn.serve.operations import Message, Operations, Receive, Scope, Send
+from aiayn.serve.page import FALLBACK_EXAMPLES, build_app
+from aiayn.serve.server import follow_up_events
 from aiayn.serve.service import TranslationService
 
 SENTENCES = FALLBACK_EXAMPLES["en"]  # written for the page
@@ -208,10 +212,23 @@ def test_the_grace_period_ends_a_drain_that_never_finishes(capsys: pytest.Captur
     assert "stopped after the grace period: 1 request(s) cut" in capsys.readouterr().err
 
 
-def test_readiness_turns_503_when_a_search_worker_dies(bundled: dict[str, Path]) -> None:
-    """Not Ray's check alone: /readyz itself asks the search workers, so that a load balancer stops sending."""
+@pytest.fixture(scope="module")
+def service(bundled: dict[str, Path]) -> TranslationService:
     service = TranslationService(EngineOptions(device="cpu"))
     service.model("en-de")
+    return service
+
+
+def test_the_follow_up_events_are_the_pages_marks_attention_and_clearing(service: TranslationService) -> None:
+    app = build_app(service, ["en-de"])
+    follow_ups = follow_up_events(app)
+    names = sorted(app.fns[fn_id].name for fn_id in follow_ups)
+    assert names == ["<lambda>", "cleared", "show_attention", "show_marks"]  # <lambda>: a failed file's
+    assert not follow_ups & {fn_id for fn_id, fn in app.fns.items() if fn.api_name in ("translate", "translate_file")}
+
+
+def test_readiness_turns_503_when_a_search_worker_dies(service: TranslationService) -> None:
+    """Not Ray's check alone: /readyz itself asks the search workers, so that a load balancer stops sending."""
     lifecycle = Lifecycle()
     lifecycle.ready(functools.partial(unhealthy_because, service))
     client = TestClient(Starlette(routes=health_routes(lifecycle)))
@@ -219,7 +236,122 @@ def test_readiness_turns_503_when_a_search_worker_dies(bundled: dict[str, Path])
     dead = threading.Thread(target=lambda: None)
     dead.start()
     dead.join()
-    service.models["en-de"].batcher.workers.append(dead)
-    answer = client.get("/readyz")
+    workers = service.models["en-de"].batcher.workers
+    workers.append(dead)
+    try:
+        answer = client.get("/readyz")
+    finally:
+        workers.remove(dead)
     assert answer.status_code == 503 and answer.headers["retry-after"]
     assert answer.json() == {"status": "unhealthy", "reason": "en-de: a search worker thread has died"}
+
+
+class Door:
+    """The page server's middleware over a stand-in for Gradio, on an event loop of its own, as the drain's thread
+    sees it: each request a task; a join answered at once, anything else held open until ``close``d."""
+
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.held: dict[str, asyncio.Event] = {}
+        self.operations = Operations(self.app, lifecycle, None)
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if not path.endswith("/queue/join"):
+            await self.held.setdefault(path, asyncio.Event()).wait()
+        await send({"type": "http.response.body", "body": b'{"event_id": "E"}'})
+
+    def open(self, method: str, path: str, body: object = None, query: bytes = b"") -> Future[int]:
+        """The request's status, once answered (a held one: once closed)."""
+        data = b"" if body is None else json.dumps(body).encode()
+
+        async def ask() -> int:
+            sent: list[Message] = []
+
+            async def receive() -> Message:
+                return {"type": "http.request", "body": data, "more_body": False}
+
+            async def send(message: Message) -> None:
+                sent.append(message)
+
+            scope = {"type": "http", "method": method, "path": path, "query_string": query, "headers": []}
+            await self.operations(scope, receive, send)
+            return int(sent[0]["status"])
+
+        asked = asyncio.run_coroutine_threadsafe(ask(), self.loop)
+        time.sleep(0.05)  # taken in
+        return asked
+
+    def ask(self, method: str, path: str, body: object = None) -> int:
+        return self.open(method, path, body).result(timeout=10)
+
+    def close(self, path: str) -> None:
+        self.loop.call_soon_threadsafe(lambda: self.held.setdefault(path, asyncio.Event()).set())
+        time.sleep(0.05)
+
+
+def join(session: str, fn_index: int = 0) -> dict[str, object]:
+    return {"data": ["A dog."], "fn_index": fn_index, "session_hash": session}
+
+
+JOIN, DATA = "/gradio_api/queue/join", "/gradio_api/queue/data"
+
+
+def test_no_client_holds_a_drain_past_the_accepted_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A join whose stream never opens (a tab closed between them), an upload, its progress stream and a slow
+    download: none is waited for. A page request whose stream is open is, to its end."""
+    monkeypatch.setattr(aiayn.serve.drain, "STREAM_OPENS_S", 0.3)
+    lifecycle = Lifecycle()
+    lifecycle.ready()
+    door = Door(lifecycle)
+    assert door.ask("POST", JOIN, join("abandoned")) == 200
+    assert door.ask("POST", JOIN, join("streamed")) == 200
+    stream = door.open("GET", DATA, query=b"session_hash=streamed")
+    held = [door.open("POST", "/gradio_api/upload"), door.open("GET", "/gradio_api/upload_progress")]
+    held.append(door.open("GET", "/gradio_api/file=/tmp/aiayn-downloads-x/y/captions.de.txt"))
+    assert lifecycle.open_work == 2  # the two page requests, nothing else
+    lifecycle.drain()
+    assert lifecycle.wait_answered(1.5) == 1  # the abandoned one let go after STREAM_OPENS_S; the streamed waits
+    door.close(DATA)
+    assert stream.result(timeout=10) == 200 and lifecycle.wait_answered(1.0) == 0
+    assert not any(request.done() for request in held)  # still open, and never waited for
+
+
+def test_a_closed_heartbeat_lets_go_of_no_page_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tab's heartbeat closes while its page request waits in Gradio's queue, its stream open: the drain still
+    waits for that request (a heartbeat taken for the session's stream would let it go)."""
+    monkeypatch.setattr(aiayn.serve.drain, "STREAM_OPENS_S", 0.1)
+    lifecycle = Lifecycle()
+    lifecycle.ready()
+    door = Door(lifecycle)
+    heartbeat = door.open("GET", "/gradio_api/heartbeat/tab")
+    assert door.ask("POST", JOIN, join("tab")) == 200
+    stream = door.open("GET", DATA, query=b"session_hash=tab")
+    door.close("/gradio_api/heartbeat/tab")
+    assert heartbeat.result(timeout=10) == 200
+    lifecycle.drain()
+    assert lifecycle.wait_answered(0.5) == 1
+    door.close(DATA)
+    assert stream.result(timeout=10) == 200 and lifecycle.wait_answered(1.0) == 0
+
+
+def test_an_accepted_requests_follow_up_events_are_answered_while_draining() -> None:
+    """The page's marks and attention follow an accepted translation as events of their own: joined while
+    draining, they are admitted, as many as the page has, from the sessions whose requests were accepted alone."""
+    lifecycle = Lifecycle()
+    lifecycle.ready()
+    lifecycle.follow_ups = frozenset({7, 8})
+    door = Door(lifecycle)
+    assert door.ask("POST", JOIN, join("tab", 0)) == 200
+    lifecycle.drain()
+    assert door.ask("POST", JOIN, join("other", 7)) == 503  # no request of its own accepted
+    assert door.ask("POST", JOIN, join("tab", 0)) == 503  # a new translation
+    assert [door.ask("POST", JOIN, join("tab", fn)) for fn in (7, 8, 7)] == [200, 200, 503]  # its two, no more
+    assert lifecycle.open_work == 3  # the translation and its two follow-ups: waited for
+    download = door.open("GET", "/gradio_api/file=/tmp/aiayn-downloads-x/y/captions.de.txt")
+    door.close("/gradio_api/file=/tmp/aiayn-downloads-x/y/captions.de.txt")
+    assert download.result(timeout=10) == 200  # a translated file still downloads
+    assert door.ask("GET", "/") == 503

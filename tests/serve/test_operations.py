@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.middleware import Middleware
 
-import aiayn.serve.operations
+import aiayn.serve.drain
 from aiayn.bench.crowd import Connection, CrowdRow, HttpError, ask_page, crowd, one_at_a_time
 from aiayn.bench.serving import free_port
 from aiayn.engines.options import EngineOptions
@@ -283,10 +283,10 @@ def test_a_page_request_whose_stream_never_opens_is_forgotten_in_time(monkeypatc
     asked = Asked(lifecycle)
     for _ in range(3):
         asked("POST", "/gradio_api/call/translate")
-    assert lifecycle.open_work == 3 and len(asked.operations.page_events) == 3
-    monkeypatch.setattr(aiayn.serve.operations, "ABANDONED_S", 0.0)
+    assert lifecycle.open_work == 3 and len(asked.operations.pages.events) == 3
+    monkeypatch.setattr(aiayn.serve.drain, "ABANDONED_S", 0.0)
     asked("POST", "/gradio_api/call/translate")  # the three before it, never streamed, are let go
-    assert lifecycle.open_work == 1 and list(asked.operations.page_events) == ["E4"]
+    assert lifecycle.open_work == 1 and list(asked.operations.pages.events) == ["E4"]
 
 
 def test_a_page_tabs_heartbeat_is_never_work_a_drain_waits_for() -> None:

@@ -185,13 +185,18 @@ async def crowd_with_a_replica_killed(port: int) -> tuple[list[tuple[str, str]],
 
 def test_two_nodes_hold_the_two_replicas(cluster: Cluster, served: Served) -> None:
     import ray
+    from ray import serve
 
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     try:
         nodes = sorted((node["NodeManagerAddress"], node["Resources"]["CPU"]) for node in ray.nodes() if node["Alive"])
+        application = serve.status().applications["aiayn"]
     finally:
         ray.shutdown()
     assert nodes == [(HEAD, 1.0), (SECOND, 1.0)]
+    # The README's command (no --model): replicas that were named no model failed Ray's health check from the start.
+    health = {name: deployment.status for name, deployment in application.deployments.items()}
+    assert (application.status, health) == ("RUNNING", {"Translation": "HEALTHY", "Page": "HEALTHY"})
     assert len(replicas("Translation")) == 2  # a CPU each: one on each node
     assert len(replicas("Page")) == 1
 
