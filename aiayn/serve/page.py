@@ -383,6 +383,8 @@ def build_app(
     translated files kept as ``limits`` say."""
     served = directions({name: service.model(name) for name in named_or_bundled(model_names)})
     handlers = Handlers(service, served, Downloads(limits))
+    # Served from their folder as they are, never copied into Gradio's cache: downloads.py's bounds are the only ones.
+    gr.set_static_paths([handlers.downloads.root])
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:
         wire(lay_out(served, service.options.variant), handlers)
     # A request beyond MAX_WAITING is refused by Gradio with HTTP 503 and its own message ("Queue is full").
