@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute
 
 from aiayn.serve import metrics
 from aiayn.serve.access_log import AccessLine, AccessLog
+from aiayn.serve.downloads import BoundedUploads
 from aiayn.serve.drain import GRACE_S, Lifecycle, PageWork
 from aiayn.serve.health import PATHS as HEALTH_PATHS
 from aiayn.serve.health import health_routes, unavailable
@@ -72,7 +73,7 @@ def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseR
     if options.metrics:
         routes.append(metrics.metrics_route(metrics.enable()))
     log = AccessLog(options.access_log, options.log_text) if options.access_log is not None else None
-    return routes, [Middleware(Operations, lifecycle=lifecycle, log=log)]
+    return routes, [Middleware(Operations, lifecycle=lifecycle, log=log), Middleware(BoundedUploads)]
 
 
 def kind_of(method: str, path: str) -> Kind:

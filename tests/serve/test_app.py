@@ -11,6 +11,8 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -319,3 +321,31 @@ def test_the_page_says_which_variant_it_runs(bundled: dict[str, Path]) -> None:
     app = build_app(TranslationService(EngineOptions(device="cpu", variant="w8")), ["en-de"])
     texts = [b.value for b in app.blocks.values() if isinstance(b, gr.Markdown)]
     assert any("CPUExecutionProvider** (the onnx engine), w8 weights" in (text or "") for text in texts)
+
+
+def multipart(files: int) -> tuple[bytes, str]:
+    """A body of ``files`` small .txt files as the page uploads them, and its Content-Type."""
+    boundary = "aiayn-test-boundary"
+    body = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="f{n}.txt"\r\n'
+        f"Content-Type: text/plain\r\n\r\nA dog.\r\n".encode()
+        for n in range(files)
+    )
+    return body + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+@pytest.mark.parametrize(("files", "status"), [(1, 200), (2, 413), (1000, 413)])
+def test_an_upload_carries_one_file(server: Any, files: int, status: int) -> None:
+    """Gradio's upload route takes up to 1000 files a request, each kept on disk; the page uploads one."""
+    body, content_type = multipart(files)
+    request = urllib.request.Request(f"{server.url}gradio_api/upload", body, {"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            got, said = answer.status, answer.read()
+    except urllib.error.HTTPError as err:
+        got, said = err.code, err.read()
+    assert got == status, said
+    if status == 413:
+        assert json.loads(said) == {"error": "an upload carries at most 1 file(s)"}
+    else:
+        assert len(json.loads(said)) == 1  # the path of the one file Gradio kept
