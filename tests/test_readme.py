@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +112,42 @@ def test_the_serving_page_names_both_endpoints_and_the_limits() -> None:
     serving = section((ROOT / "docs" / "serve.md").read_text(encoding="utf-8"), "The page, in short")
     assert "`translate`" in serving and "`translate_file`" in serving
     assert f"{MAX_CHARS} characters" in serving and f"{MAX_FILE_CHARS:,} characters".replace(",", " ") in serving
+
+
+# Every README command that starts a server, and the test that runs it with its defaults (a free --port added;
+# a folder the README imports from the Hub stood in for by a copy of a bundled one).
+SERVERS = {
+    "serve": "tests/serve/test_app.py::launched",  # the page on the bundled models (--device cpu: CI has no GPU)
+    "serve --model models/en-de --variant w8": "tests/test_readme.py::test_the_readmes_model_servers_serve",
+    "serve --model models/en-por --model models/en-pob": "tests/test_readme.py::test_the_readmes_model_servers_serve",
+    "serve --ray --replicas 2": "tests/serve/test_ray.py::served",
+    "serve --model runs/en-es": "tests/cli/test_journey.py",  # the journey's own trained folder, served
+}
+
+
+def test_every_readme_command_that_starts_a_server_is_run_by_a_test() -> None:
+    started = {" ".join(argv) for argv in commands(README) if argv[0] == "serve"}
+    assert started == set(SERVERS)
+    for test in SERVERS.values():
+        path, _, name = test.partition("::")
+        assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8") if name else (ROOT / path).is_file()
+
+
+@pytest.mark.parametrize("typed", [line for line in SERVERS if line.startswith("serve --model models/")])
+def test_the_readmes_model_servers_serve(
+    typed: str,
+    bundled: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    serve_page: Callable[..., AbstractContextManager[Any]],
+    models_info: Callable[[str], list[dict[str, str]]],
+) -> None:
+    argv = shlex.split(typed)[1:]
+    folders = [Path(argv[i + 1]) for i, flag in enumerate(argv) if flag == "--model"]
+    for folder, source in zip(folders, bundled.values(), strict=False):
+        shutil.copytree(source, tmp_path / folder)
+    monkeypatch.chdir(tmp_path)  # where the README's folders are
+    with serve_page(argv, tmp_path / "serve.log") as page:
+        served = models_info(page.url)
+    variant = argv[argv.index("--variant") + 1] if "--variant" in argv else "fp32"
+    assert [(Path(m["model"]).name, m["variant"]) for m in served] == [(folder.name, variant) for folder in folders]
