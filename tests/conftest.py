@@ -313,6 +313,33 @@ def serve_space() -> Callable[..., AbstractContextManager[str]]:
     return served_space
 
 
+def mcp_translated(url: str, text: str, direction: str, beam_size: int) -> tuple[list[str], list[str]]:
+    """The MCP tools a page server lists, and its translate tool's answer (translation, status), through the `mcp`
+    package's Streamable HTTP client."""
+    import ast
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def asked() -> tuple[list[str], list[str]]:
+        async with streamablehttp_client(f"{url}gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = [tool.name for tool in (await session.list_tools()).tools]
+                arguments = {"text": text, "direction": direction, "beam_size": beam_size}
+                called = await session.call_tool("translate", arguments)
+                return tools, ast.literal_eval(called.content[0].text)  # type: ignore[union-attr]
+
+    return asyncio.run(asked())
+
+
+@pytest.fixture(scope="session")
+def mcp_translate() -> Callable[[str, str, str, int], tuple[list[str], list[str]]]:
+    """``mcp_translate(url, text, direction, beam_size)`` — (the tools listed, the translate tool's answer)."""
+    return mcp_translated
+
+
 def on_the_gpu(session: ort.InferenceSession) -> bool:
     """A session that the serving engine runs on a GPU with its state in the device's memory: the CUDA serving decoder
     (positions per row, no GroupQueryAttention's total length) and the reordering gather beside it."""

@@ -162,7 +162,8 @@ class KeyGate:
             fields = fields_of(body, media_type)
             fields = {**dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))), **fields}
             key = self.checked(sent_key(scope, fields), characters(fields.get(name) for name in TEXT_FIELDS))
-        except Refused as refused:
+        except Refused as refused:  # labelled by its door, or as the page's (a path of the page may hold ids)
+            scope.setdefault("state", {})["route"] = scope["path"] if scope["path"] in JSON_DOORS else "(page, no key)"
             await refusal(refused, DEFAULT_LIMITS, unread=not body)(scope, receive, send)
             return
         await self.app(scope, replayed(body, receive) if body else receive, with_cookie(send, key, scope, self.page))

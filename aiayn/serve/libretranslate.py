@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
 from starlette.routing import BaseRoute
 
 from aiayn.search.translator import MAX_BEAM
@@ -84,8 +85,6 @@ def languages(served: dict[str, Direction]) -> list[dict[str, Any]]:
 @functools.cache
 def identifier() -> Any:
     """py3langid's identifier over all its languages, loaded once (about a second) when first asked."""
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 

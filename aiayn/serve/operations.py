@@ -136,10 +136,11 @@ def page_text(body: bytes) -> list[str] | None:
 
 def route_of(scope: Scope) -> str:
     """The template of the route that answered (never the raw path: no ids in the labels); the operators' own by
-    their path (Starlette routes, which leave no route in the scope here)."""
+    their path (Starlette routes, which leave no route in the scope here); a request refused before any route, by
+    the label its refuser left in the scope's state (``api_keys.KeyGate``)."""
     if scope["path"] in OPS_PATHS:
         return str(scope["path"])
-    return str(getattr(scope.get("route"), "path", None) or "unmatched")
+    return str(getattr(scope.get("route"), "path", None) or (scope.get("state") or {}).get("route") or "unmatched")
 
 
 class Operations:

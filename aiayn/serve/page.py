@@ -163,8 +163,7 @@ class Handlers:
 
         Args:
             text: the text to translate, at most 5000 characters.
-            direction: the served direction, as source-target language codes (e.g. "en-de": English to German); the
-                choices are listed in this tool's schema.
+            direction: the served direction as source-target language codes, e.g. "en-de" (English to German).
             beam_size: the beam search's width, 1 (greedy, fastest) to 8; 4 is a good default.
 
         Returns:
