@@ -256,15 +256,16 @@ def serve_page() -> Callable[..., AbstractContextManager[Page]]:
 @pytest.fixture(scope="session")
 def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Path]) -> Path:
     """The Python of a fresh virtual environment holding only what a Gradio Space installs: the requirements.txt of
-    an exported Space and of the repository's own Space (one venv for both, to keep the suite short: the root's
-    adds only numpy and tqdm, which Gradio installs anyway), and the Gradio of their front matter's
-    ``sdk_version`` (pip's cache makes a rerun quick). Skipped, saying why, where pip cannot reach the package
-    registry."""
+    an exported Space (an MCP server, ``--mcp``: its requirements a superset) and of the repository's own Space (one
+    venv for both, to keep the suite short: the root's adds only numpy and tqdm, which Gradio installs anyway), and
+    the Gradio of their front matter's ``sdk_version`` (pip's cache makes a rerun quick). Skipped, saying why, where
+    pip cannot reach the package registry."""
     import gradio
 
     space = tmp_path_factory.mktemp("space-requirements") / "space"
     subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(space)], check=True
+        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(space), "--mcp"],
+        check=True,
     )
     venv = tmp_path_factory.mktemp("space-venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -320,10 +321,10 @@ def mcp_translated(url: str, text: str, direction: str, beam_size: int) -> tuple
     import asyncio
 
     from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.client.streamable_http import streamable_http_client
 
     async def asked() -> tuple[list[str], list[str]]:
-        async with streamablehttp_client(f"{url}gradio_api/mcp/") as (read, write, _):
+        async with streamable_http_client(f"{url}gradio_api/mcp/") as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 tools = [tool.name for tool in (await session.list_tools()).tools]
