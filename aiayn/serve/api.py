@@ -188,6 +188,25 @@ async def read_within(request: Request, limits: Limits, read: Callable[[Request,
         raise Refused(Reason.TIMEOUT, past_time_of(limits)) from None
 
 
+async def answered(
+    request: Request,
+    limits: Limits,
+    read: Callable[[Request, int], Awaitable[Read]],
+    answer: Callable[[Read, float], Awaitable[Any]],
+) -> JSONResponse:
+    """A JSON door's answer: its body as ``read`` reads it (``read_within``), then ``answer(what was read, the
+    deadline)``; each refusal answered in one line (``refusal``), one before the body was read whole as unread."""
+    deadline = time.monotonic() + limits.request_timeout_s  # a slow body's time counts
+    try:
+        body = await read_within(request, limits, read)
+    except Refused as refused:
+        return refusal(refused, limits, unread=True)
+    try:
+        return JSONResponse(await answer(body, deadline))
+    except Refused as refused:
+        return refusal(refused, limits)
+
+
 async def searched_within(
     service: TranslationService,
     waiting: Waiting,
@@ -214,19 +233,13 @@ def json_route(
     admitted = waiting or Waiting(limits.max_waiting)
 
     async def translate(request: Request) -> JSONResponse:
-        deadline = time.monotonic() + limits.request_timeout_s  # a slow body's time counts
-        try:
-            body = await read_within(request, limits, body_of)
-        except Refused as refused:
-            return refusal(refused, limits, unread=True)
-        served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
-        try:
+        async def answer(body: bytes, deadline: float) -> dict[str, Any]:
+            served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
             sentences, direction, beam = parsed(body, served, limits)
             request.state.sentences, request.state.text = len(sentences), sentences  # the access log's
-            answer = await searched_within(service, admitted, (sentences, direction, beam), deadline, limits)
-        except Refused as refused:
-            return refusal(refused, limits)
-        return JSONResponse(answer)
+            return await searched_within(service, admitted, (sentences, direction, beam), deadline, limits)
+
+        return await answered(request, limits, body_of, answer)
 
     return APIRoute(PATH, translate, methods=["POST"], name="translate")
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import html
 import threading
-import time
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qsl
@@ -37,14 +36,13 @@ from aiayn.search.translator import MAX_BEAM
 from aiayn.serve.api import (
     MEDIA_TYPE,
     Waiting,
+    answered,
     bad_field,
     bounded_body,
     check_texts,
     json_of,
     json_route,
     media_type_of,
-    read_within,
-    refusal,
     searched_within,
 )
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
@@ -276,21 +274,15 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
     waiting = Waiting(limits.max_waiting)
 
     async def translate(request: Request) -> JSONResponse:
-        deadline = time.monotonic() + limits.request_timeout_s  # a slow body's time counts
-        try:
-            fields = await read_within(request, limits, fields_read)
-        except Refused as refused:
-            return refusal(refused, limits, unread=True)
-        served = directions(dict(service.models))
-        try:
-            asked = Asked(fields, served, limits)
+        async def answer(fields: dict[str, Any], deadline: float) -> dict[str, Any]:
+            asked = Asked(fields, directions(dict(service.models)), limits)
             pieces = asked.pieces()
             texts = [[value for is_text, value in parts if is_text] for parts in pieces]
             check_texts([text for one in texts for text in one] or [""], limits, "q")
             request.state.sentences, request.state.text = sum(map(len, texts)), asked.texts  # the access log's
             translations = [[""] * len(one) for one in texts]
             others: list[list[str]] = [[] for _ in texts]
-            for direction in dict.fromkeys(asked.directions, None):
+            for direction in dict.fromkeys(asked.directions):
                 mine = [i for i, d in enumerate(asked.directions) if d is direction]
                 sentences = [text for i in mine for text in texts[i]]
                 if not sentences:
@@ -299,39 +291,36 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
                 n_best = min(
                     asked.alternatives + 1, beam
                 )  # the beam's n-best after its first: never more than it holds
-                request_of = (sentences, direction, beam)
-                answer = await searched_within(service, waiting, request_of, deadline, limits, "q", n_best)
-                given = iter(answer["translations"])
+                searched = await searched_within(
+                    service, waiting, (sentences, direction, beam), deadline, limits, "q", n_best
+                )
+                given = iter(searched["translations"])
                 for i in mine:
                     translations[i] = [next(given) for _ in texts[i]]
                 if asked.alternatives:  # format text: one sentence a text
-                    for i, found in zip(mine, answer["alternatives"], strict=True):
+                    for i, found in zip(mine, searched["alternatives"], strict=True):
                         others[i] = found[: asked.alternatives]
-        except Refused as refused:
-            return refusal(refused, limits)
-        out = [rejoined(parts, done) for parts, done in zip(pieces, translations, strict=True)]
-        answered: dict[str, Any] = {"translatedText": out if asked.many else out[0]}
-        if asked.alternatives:
-            answered["alternatives"] = others if asked.many else others[0]
-        if asked.detected is not None:
-            found = [detected(language) for language in asked.detected]
-            answered["detectedLanguage"] = found if asked.many else found[0]
-        return JSONResponse(answered)
+            out = [rejoined(parts, done) for parts, done in zip(pieces, translations, strict=True)]
+            reply: dict[str, Any] = {"translatedText": out if asked.many else out[0]}
+            if asked.alternatives:
+                reply["alternatives"] = others if asked.many else others[0]
+            if asked.detected is not None:
+                found_languages = [detected(language) for language in asked.detected]
+                reply["detectedLanguage"] = found_languages if asked.many else found_languages[0]
+            return reply
+
+        return await answered(request, limits, fields_read, answer)
 
     async def languages_served(request: Request) -> JSONResponse:
         return JSONResponse(languages(directions(dict(service.models))))
 
     async def detect(request: Request) -> JSONResponse:
-        try:
-            fields = await read_within(request, limits, fields_read)
-        except Refused as refused:
-            return refusal(refused, limits, unread=True)
-        try:
+        async def answer(fields: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
             texts, _ = texts_of(fields, limits)
             sources = list(dict.fromkeys(s for s, _ in by_pair(directions(dict(service.models)))))
-            return JSONResponse([detected(language) for language in ranked(" ".join(texts), sources)])
-        except Refused as refused:
-            return refusal(refused, limits)
+            return [detected(language) for language in ranked(" ".join(texts), sources)]
+
+        return await answered(request, limits, fields_read, answer)
 
     return [
         json_route(service, limits, waiting),
