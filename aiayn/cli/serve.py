@@ -183,6 +183,8 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
     log = None if args.no_access_log else args.log_format
     if args.api_keys_page and args.api_keys is None:
         raise UserError("--api-keys-page goes with --api-keys FILE (the keys it asks for)")
+    if args.api_keys_page and args.mcp:
+        raise UserError("--api-keys-page cannot go with --mcp: Gradio's MCP server calls the page back without a key")
     keys = None if args.api_keys is None else Path(args.api_keys)  # read where the server starts, before the models
     return OperatorOptions(not args.no_metrics, log, args.log_text, args.grace, keys, args.api_keys_page)
 
@@ -200,6 +202,8 @@ def ray_serve(args: argparse.Namespace) -> None:
 
     if args.share:
         raise UserError("--share is not served through Ray's proxy; put the proxy behind your own address instead")
+    if args.mcp:
+        raise UserError("--mcp is served by `aiayn serve` without --ray (Gradio's MCP server calls its own page back)")
     scaling = Scaling(
         args.replicas, args.min_replicas, args.max_replicas, args.target_ongoing_requests, args.cpus_per_replica
     )

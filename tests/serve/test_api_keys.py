@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from aiayn.cli import main
 from aiayn.serve.api_keys import COOKIE, NO_KEY, KeyGate, read_keys
 
 KEY, SMALL = "a-key-1f2e", "small-key-77"
@@ -85,3 +86,18 @@ def test_the_page_needs_a_key_only_when_told_and_keeps_it_in_a_cookie(tmp_path: 
     assert opened.status_code == 200 and f"{COOKIE}={KEY}" in opened.headers["set-cookie"]
     assert "HttpOnly" in opened.headers["set-cookie"]
     assert page.get("/").status_code == 200  # the cookie, sent by the client as a browser would
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--api-keys-page"], "--api-keys-page goes with --api-keys FILE"),
+        (["--api-keys", "keys.txt", "--api-keys-page", "--mcp"], "--api-keys-page cannot go with --mcp"),
+        (["--ray", "--mcp"], "--mcp is served by `aiayn serve` without --ray"),
+    ],
+)
+def test_flags_that_cannot_go_together_are_refused_in_one_line(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", *flags]) == 2
+    assert message in capsys.readouterr().err
