@@ -282,8 +282,9 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
             request.state.sentences, request.state.text = sum(map(len, texts)), asked.texts  # the access log's
             translations = [[""] * len(one) for one in texts]
             others: list[list[str]] = [[] for _ in texts]
-            for direction in dict.fromkeys(asked.directions):
-                mine = [i for i, d in enumerate(asked.directions) if d is direction]
+            for value in dict.fromkeys(d.value for d in asked.directions):  # a search per direction, in order
+                mine = [i for i, d in enumerate(asked.directions) if d.value == value]
+                direction = asked.directions[mine[0]]
                 sentences = [text for i in mine for text in texts[i]]
                 if not sentences:
                     continue
