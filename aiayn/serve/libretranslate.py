@@ -268,6 +268,36 @@ class Asked:
         return [html_parts(t) if self.format == "html" else [(True, t)] for t in self.texts]
 
 
+async def searched_by_direction(
+    service: TranslationService,
+    waiting: Waiting,
+    asked: Asked,
+    texts: list[list[str]],
+    deadline: float,
+    limits: Limits,
+) -> tuple[list[list[str]], list[list[str]]]:
+    """Each text's pieces translated (``texts[i]``, their translations in the same places) and each text's
+    alternatives: one search per direction, in the order the texts name them."""
+    translations = [[""] * len(one) for one in texts]
+    others: list[list[str]] = [[] for _ in texts]
+    for value in dict.fromkeys(d.value for d in asked.directions):  # a search per direction, in order
+        mine = [i for i, d in enumerate(asked.directions) if d.value == value]
+        direction = asked.directions[mine[0]]
+        sentences = [text for i in mine for text in texts[i]]
+        if not sentences:
+            continue
+        beam = direction.model.search.beam_size
+        n_best = min(asked.alternatives + 1, beam)  # the beam's n-best after its first: never more than it holds
+        searched = await searched_within(service, waiting, (sentences, direction, beam), deadline, limits, "q", n_best)
+        given = iter(searched["translations"])
+        for i in mine:
+            translations[i] = [next(given) for _ in texts[i]]
+        if asked.alternatives:  # format text: one sentence a text
+            for i, found in zip(mine, searched["alternatives"], strict=True):
+                others[i] = found[: asked.alternatives]
+    return translations, others
+
+
 def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> list[BaseRoute]:
     """The server's JSON doors over the models ``service`` has loaded: ``POST /v1/translate`` and LibreTranslate's,
     their sentences counted together (one ``Waiting``)."""
@@ -280,27 +310,7 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
             texts = [[value for is_text, value in parts if is_text] for parts in pieces]
             check_texts([text for one in texts for text in one] or [""], limits, "q")
             request.state.sentences, request.state.text = sum(map(len, texts)), asked.texts  # the access log's
-            translations = [[""] * len(one) for one in texts]
-            others: list[list[str]] = [[] for _ in texts]
-            for value in dict.fromkeys(d.value for d in asked.directions):  # a search per direction, in order
-                mine = [i for i, d in enumerate(asked.directions) if d.value == value]
-                direction = asked.directions[mine[0]]
-                sentences = [text for i in mine for text in texts[i]]
-                if not sentences:
-                    continue
-                beam = direction.model.search.beam_size
-                n_best = min(
-                    asked.alternatives + 1, beam
-                )  # the beam's n-best after its first: never more than it holds
-                searched = await searched_within(
-                    service, waiting, (sentences, direction, beam), deadline, limits, "q", n_best
-                )
-                given = iter(searched["translations"])
-                for i in mine:
-                    translations[i] = [next(given) for _ in texts[i]]
-                if asked.alternatives:  # format text: one sentence a text
-                    for i, found in zip(mine, searched["alternatives"], strict=True):
-                        others[i] = found[: asked.alternatives]
+            translations, others = await searched_by_direction(service, waiting, asked, texts, deadline, limits)
             out = [rejoined(parts, done) for parts, done in zip(pieces, translations, strict=True)]
             reply: dict[str, Any] = {"translatedText": out if asked.many else out[0]}
             if asked.alternatives:
