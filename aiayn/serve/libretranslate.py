@@ -30,6 +30,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute
 
 from aiayn.search.translator import MAX_BEAM
@@ -192,11 +193,11 @@ def form_fields(encoded: bytes) -> dict[str, Any]:
         raise Refused(Reason.BAD_JSON, "the form is not UTF-8 text") from None
     fields: dict[str, Any] = {}
     for name, value in pairs:
-        fields[name] = (
-            [*fields[name], value]
-            if isinstance(fields.get(name), list)
-            else ([fields[name], value] if name in fields else value)
-        )
+        if name in fields:
+            earlier = fields[name]
+            fields[name] = [*(earlier if isinstance(earlier, list) else [earlier]), value]
+        else:
+            fields[name] = value
     return fields
 
 
@@ -305,7 +306,8 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
 
     async def translate(request: Request) -> JSONResponse:
         async def answer(fields: dict[str, Any], deadline: float) -> dict[str, Any]:
-            asked = Asked(fields, directions(dict(service.models)), limits)
+            # In a thread: the language identifier (loaded once, about a second) never holds the event loop.
+            asked = await run_in_threadpool(Asked, fields, directions(dict(service.models)), limits)
             pieces = asked.pieces()
             texts = [[value for is_text, value in parts if is_text] for parts in pieces]
             check_texts([text for one in texts for text in one] or [""], limits, "q")
@@ -329,7 +331,7 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
         async def answer(fields: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
             texts, _ = texts_of(fields, limits)
             sources = list(dict.fromkeys(s for s, _ in by_pair(directions(dict(service.models)))))
-            return [detected(language) for language in ranked(" ".join(texts), sources)]
+            return [detected(language) for language in await run_in_threadpool(ranked, " ".join(texts), sources)]
 
         return await answered(request, limits, fields_read, answer)
 
