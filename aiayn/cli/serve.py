@@ -170,7 +170,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     options, clauses = engine_options(args), not args.no_clauses
     limits, operator = serve_limits(args), operator_options(args)
-    if serve(args.model, args.host, args.port, args.share, options, clauses, limits, operator, args.mcp):
+    cut = serve(
+        args.model, args.host, args.port, args.share, options, clauses, limits=limits, operator=operator, mcp=args.mcp
+    )
+    if cut:
         sys.exit(1)  # requests were cut by the stop: stderr says how many
 
 
