@@ -256,15 +256,16 @@ def serve_page() -> Callable[..., AbstractContextManager[Page]]:
 @pytest.fixture(scope="session")
 def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Path]) -> Path:
     """The Python of a fresh virtual environment holding only what a Gradio Space installs: the requirements.txt of
-    an exported Space and of the repository's own Space (one venv for both, to keep the suite short: the root's
-    adds only numpy and tqdm, which Gradio installs anyway), and the Gradio of their front matter's
-    ``sdk_version`` (pip's cache makes a rerun quick). Skipped, saying why, where pip cannot reach the package
-    registry."""
+    an exported Space (an MCP server, ``--mcp``: its requirements a superset) and of the repository's own Space (one
+    venv for both, to keep the suite short: the root's adds only numpy and tqdm, which Gradio installs anyway), and
+    the Gradio of their front matter's ``sdk_version`` (pip's cache makes a rerun quick). Skipped, saying why, where
+    pip cannot reach the package registry."""
     import gradio
 
     space = tmp_path_factory.mktemp("space-requirements") / "space"
     subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(space)], check=True
+        [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(space), "--mcp"],
+        check=True,
     )
     venv = tmp_path_factory.mktemp("space-venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -311,6 +312,33 @@ def served_space(python: Path, space: Path, log: Path, timeout_s: float = 180) -
 def serve_space() -> Callable[..., AbstractContextManager[str]]:
     """``with serve_space(python, space_dir, log) as url:`` — an exported Space's app.py as a Space runs it."""
     return served_space
+
+
+def mcp_translated(url: str, text: str, direction: str, beam_size: int) -> tuple[list[str], list[str]]:
+    """The MCP tools a page server lists, and its translate tool's answer (translation, status), through the `mcp`
+    package's Streamable HTTP client."""
+    import ast
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def asked() -> tuple[list[str], list[str]]:
+        async with streamable_http_client(f"{url}gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = [tool.name for tool in (await session.list_tools()).tools]
+                arguments = {"text": text, "direction": direction, "beam_size": beam_size}
+                called = await session.call_tool("translate", arguments)
+                return tools, ast.literal_eval(called.content[0].text)  # type: ignore[union-attr]
+
+    return asyncio.run(asked())
+
+
+@pytest.fixture(scope="session")
+def mcp_translate() -> Callable[[str, str, str, int], tuple[list[str], list[str]]]:
+    """``mcp_translate(url, text, direction, beam_size)`` — (the tools listed, the translate tool's answer)."""
+    return mcp_translated
 
 
 def on_the_gpu(session: ort.InferenceSession) -> bool:

@@ -70,6 +70,8 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise UserError("--transformers-js goes with --to transformers")
     if args.to in ("ctranslate2", "transformers") and variants:
         raise UserError(f"--variant goes with --to onnx, web or space; --to {args.to} writes the fp32 weights")
+    if args.mcp and args.to != "space":
+        raise UserError("--mcp goes with --to space (the Space's page as an MCP server)")
     if args.to == "web":
         from aiayn.export.web import export_web
 
@@ -79,7 +81,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.to == "space":
         from aiayn.export.space import export_space
 
-        for line in export_space(folder, Path(args.out), args.device or "cpu", args.variant or "fp32", args.overwrite):
+        device, variant = args.device or "cpu", args.variant or "fp32"
+        for line in export_space(folder, Path(args.out), device, variant, args.overwrite, args.mcp):
             print(line)
         return
     if args.to == "transformers":
@@ -148,6 +151,11 @@ def add_export(sub: Any) -> None:
         "--to web, the browser folder's graphs, and --to space, the weights the Space serves: fp32 (default: the "
         f"CLI's very answers) or a weight-only block-quantized variant, {' or '.join(BLOCK_VARIANTS)}, as "
         "`aiayn translate --variant` runs them; a GPU Space (--device cuda) serves fp32 or fp16",
+    )
+    p.add_argument(
+        "--mcp",
+        action="store_true",
+        help="--to space: the Space is an MCP server too, its translate a tool (as `aiayn serve --mcp`)",
     )
     p.add_argument(
         "--check-sentences",

@@ -170,7 +170,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     options, clauses = engine_options(args), not args.no_clauses
     limits, operator = serve_limits(args), operator_options(args)
-    if serve(args.model, args.host, args.port, args.share, options, clauses, limits=limits, operator=operator):
+    cut = serve(
+        args.model, args.host, args.port, args.share, options, clauses, limits=limits, operator=operator, mcp=args.mcp
+    )
+    if cut:
         sys.exit(1)  # requests were cut by the stop: stderr says how many
 
 
@@ -181,7 +184,12 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
     if not 0 <= args.grace < float("inf"):
         raise UserError(f"--grace {args.grace:g}: give the seconds to wait, 0 or more")
     log = None if args.no_access_log else args.log_format
-    return OperatorOptions(not args.no_metrics, log, args.log_text, args.grace)
+    if args.api_keys_page and args.api_keys is None:
+        raise UserError("--api-keys-page goes with --api-keys FILE (the keys it asks for)")
+    if args.api_keys_page and args.mcp:
+        raise UserError("--api-keys-page cannot go with --mcp: Gradio's MCP server calls the page back without a key")
+    keys = None if args.api_keys is None else Path(args.api_keys)  # read where the server starts, before the models
+    return OperatorOptions(not args.no_metrics, log, args.log_text, args.grace, keys, args.api_keys_page)
 
 
 def serve_limits(args: argparse.Namespace) -> Limits:
@@ -197,6 +205,8 @@ def ray_serve(args: argparse.Namespace) -> None:
 
     if args.share:
         raise UserError("--share is not served through Ray's proxy; put the proxy behind your own address instead")
+    if args.mcp:
+        raise UserError("--mcp is served by `aiayn serve` without --ray (Gradio's MCP server calls its own page back)")
     scaling = Scaling(
         args.replicas, args.min_replicas, args.max_replicas, args.target_ongoing_requests, args.cpus_per_replica
     )
@@ -268,6 +278,21 @@ def add_operator_flags(p: argparse.ArgumentParser) -> None:
     ops.add_argument("--no-access-log", action="store_true", help="no access log line per request")
     ops.add_argument(
         "--log-text", action="store_true", help="the user's text in the access log (never, without this flag)"
+    )
+    ops.add_argument(
+        "--api-keys",
+        default=None,
+        metavar="FILE",
+        help="the JSON doors (POST /v1/translate, /translate, /detect) answer only requests with one of FILE's keys "
+        "(one a line, optional per_minute=N chars=N): else 403; over its rate 429 (docs/serve.md, API keys)",
+    )
+    ops.add_argument(
+        "--api-keys-page", action="store_true", help="with --api-keys: the page and its API need a key too"
+    )
+    ops.add_argument(
+        "--mcp",
+        action="store_true",
+        help="the page's translate as an MCP tool at /gradio_api/mcp/ (Gradio's MCP server; pip install 'gradio[mcp]')",
     )
 
 

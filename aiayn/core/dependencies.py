@@ -41,6 +41,7 @@ TESTED: dict[str, Tested] = {
     "gradio": Tested("6.31", "7"),
     "sentencex": Tested("1.0.32"),
     "prometheus-client": Tested("0.26.0"),  # `aiayn serve`'s GET /metrics
+    "py3langid": Tested("0.4.0"),  # LibreTranslate's source "auto" and /detect
 }
 PAGE_ONLY = ("gradio",)  # what `aiayn translate` never imports
 # Floors an extra's range holds for a fix the project relies on, not for the suite's runs (it ran on torch 2.13.0):

@@ -63,6 +63,7 @@ NEEDS_TORCH = "torch"
 GRADIO = "gradio"
 # ONNX Runtime is one module in two distributions; on a GPU its extras bring the CUDA and cuDNN libraries.
 ONNXRUNTIME = {"cpu": "onnxruntime", "cuda": "onnxruntime-gpu[cuda,cudnn]"}
+MCP_EXTRA = ("mcp", "pydantic")  # gradio[mcp]'s requirements: the MCP SDK, and the pydantic it bounds
 GPU_FLAVOR = "t4-small"  # the Space hardware `hf repos create --flavor` asks for with --device cuda
 LARGE_TEXT_BYTES = 10 * 1024 * 1024  # Spaces refuse larger files outside large-file storage, text too
 LFS = "filter=lfs diff=lfs merge=lfs -text"
@@ -71,8 +72,8 @@ APP = '''"""A Hugging Face Space: {label}, {provenance}. Served by aiayn with ON
 
 Written by `aiayn export MODEL --to space`. A Space runs `python app.py` and sends its visitors to port 7860
 (GRADIO_SERVER_PORT elsewhere); it listens on every interface only where Spaces runs it (`space_host`), elsewhere
-on 127.0.0.1. The page's API and POST /v1/translate answer as `aiayn translate --model model --variant {variant}`
-does, with {variant} weights.
+on 127.0.0.1. The page's API, POST /v1/translate and LibreTranslate's POST /translate answer as
+`aiayn translate --model model --variant {variant}` does, with {variant} weights.
 """
 
 import os
@@ -86,7 +87,7 @@ MODEL = Path(__file__).resolve().parent / "{model_dir}"
 if __name__ == "__main__":
     port = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
     options = EngineOptions(device="{device}", variant="{variant}")
-    serve([str(MODEL)], host=space_host(), port=port, options=options)
+    serve([str(MODEL)], host=space_host(), port=port, options=options, mcp={mcp})
 '''
 
 
@@ -191,9 +192,10 @@ def installed_with(distribution: str) -> set[str]:
     return found
 
 
-def requirements(modules: set[str], device: str) -> list[str]:
+def requirements(modules: set[str], device: str, mcp: bool = False) -> list[str]:
     """requirements.txt's lines: the distribution of each third-party module, pinned at its installed version,
-    less Gradio and what Gradio installs (the Space installs the ``sdk_version`` Gradio and its own choices)."""
+    less Gradio and what Gradio installs (the Space installs the ``sdk_version`` Gradio and its own choices); with
+    ``mcp``, what Gradio's ``mcp`` extra installs (``MCP_EXTRA``), pinned too."""
     providers = importlib.metadata.packages_distributions()
     from_gradio = installed_with(GRADIO)
     lines = []
@@ -204,7 +206,7 @@ def requirements(modules: set[str], device: str) -> list[str]:
         version = importlib.metadata.version(distribution)
         name = ONNXRUNTIME[device] if module == "onnxruntime" else distribution_name(distribution)
         lines.append(f"{name}=={version}")
-    return lines
+    return lines + ([f"{name}=={importlib.metadata.version(name)}" for name in MCP_EXTRA] if mcp else [])
 
 
 def space_readme(folder: ModelFolder, device: str, variant: str) -> str:
@@ -234,7 +236,8 @@ def space_readme(folder: ModelFolder, device: str, variant: str) -> str:
         f"the {'GPU' if device == 'cuda' else 'CPU'} ({variant} weights). It translates what resembles what it learnt "
         "from; other text comes out poorly.\n\n"
         f'The page\'s API: `gradio_client.Client(URL).predict(text, "{pair}", 4, api_name="/translate")`; for apps, '
-        f'`POST /v1/translate` with `{{"sentences": [...], "direction": "{pair}", "beam": 4}}`.\n\n'
+        f'`POST /v1/translate` with `{{"sentences": [...], "direction": "{pair}", "beam": 4}}`, or LibreTranslate\'s '
+        f'`POST /translate` with `{{"q": ..., "source": "{config.src_lang}", "target": "{config.tgt_lang}"}}`.\n\n'
         f"Written by aiayn's `aiayn export MODEL --to space`: `{MODEL_DIR}/` is the model folder, `{PACKAGE}/` the "
         "part of aiayn that serves it, `requirements.txt` what that part imports.\n"
     )
@@ -269,11 +272,16 @@ def gitattributes(out_dir: Path) -> str:
 
 
 def export_space(
-    folder: ModelFolder, out_dir: Path, device: str = "cpu", variant: str = "fp32", overwrite: bool = False
+    folder: ModelFolder,
+    out_dir: Path,
+    device: str = "cpu",
+    variant: str = "fp32",
+    overwrite: bool = False,
+    mcp: bool = False,
 ) -> list[str]:
-    """Write the Space's folder serving ``variant`` on ``device``; the report lines say what it holds, how to try it
-    and how to publish it. ``out_dir`` is replaced whole (``core/outputs.py``): one that holds anything but an
-    earlier Space of `aiayn export --to space` is refused, unless ``overwrite``."""
+    """Write the Space's folder serving ``variant`` on ``device`` (``mcp``: an MCP server too); the report lines
+    say what it holds, how to try it and how to publish it. ``out_dir`` is replaced whole (``core/outputs.py``): one
+    that holds anything but an earlier Space of `aiayn export --to space` is refused, unless ``overwrite``."""
     if device not in SPACE_VARIANTS:
         raise ValueError(f"--device must be one of {', '.join(SPACE_VARIANTS)} for a Space, got {device!r}")
     if variant not in SPACE_VARIANTS[device]:
@@ -288,7 +296,7 @@ def export_space(
         load_engine(folder, EngineOptions(ONNX_PORTABLE, "cpu", GPU_GRAPHS_VARIANT, lanes=1))
         files += [folder.onnx_file(graph, GPU_GRAPHS_VARIANT) for graph in GPU_GRAPHS]
     with written_whole(out_dir, SPACE, overwrite, [folder.path]) as staging:
-        modules = write_space_files(folder, staging, files, device, variant)
+        modules = write_space_files(folder, staging, files, device, variant, mcp)
     size = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
     config = folder.config
     label = f"{config.src_lang} → {config.tgt_lang}"
@@ -304,7 +312,9 @@ def export_space(
     ]
 
 
-def write_space_files(folder: ModelFolder, out_dir: Path, files: list[Path], device: str, variant: str) -> list[str]:
+def write_space_files(
+    folder: ModelFolder, out_dir: Path, files: list[Path], device: str, variant: str, mcp: bool = False
+) -> list[str]:
     """Every file of the Space into ``out_dir``, a new folder; returns the modules of the package it holds."""
     model_dir = out_dir / MODEL_DIR
     model_dir.mkdir(parents=True)
@@ -314,7 +324,7 @@ def write_space_files(folder: ModelFolder, out_dir: Path, files: list[Path], dev
     write_public_records(folder, model_dir)
     config = folder.config
     label, provenance = docstring_text(f"{config.src_lang} → {config.tgt_lang}"), docstring_text(folder.provenance())
-    app = APP.format(label=label, provenance=provenance, model_dir=MODEL_DIR, device=device, variant=variant)
+    app = APP.format(label=label, provenance=provenance, model_dir=MODEL_DIR, device=device, variant=variant, mcp=mcp)
     (out_dir / "app.py").write_text(app, encoding="utf-8")
     modules, third_party = ImportWalk().reached(app)
     for name in modules:
@@ -323,7 +333,8 @@ def write_space_files(folder: ModelFolder, out_dir: Path, files: list[Path], dev
         target = out_dir / source.relative_to(SOURCE_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    (out_dir / "requirements.txt").write_text("\n".join(requirements(third_party, device)) + "\n", encoding="utf-8")
+    lines = requirements(third_party, device, mcp)
+    (out_dir / "requirements.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out_dir / "README.md").write_text(space_readme(folder, device, variant), encoding="utf-8")
     (out_dir / ".gitattributes").write_text(gitattributes(out_dir), encoding="utf-8")
     return modules

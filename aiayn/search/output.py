@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,8 @@ class Output:
     log_prob: float
     ended: bool
     token_log_probs: list[float]
+    # The beam's next best, where the search was asked for them (``SearchSettings.n_best``), best first.
+    others: tuple[Output, ...] = field(default=(), kw_only=True)
 
     @property
     def scored_tokens(self) -> int:

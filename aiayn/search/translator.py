@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Protocol, Self
 
 import numpy as np
 
-from aiayn.search.beam import LENGTH_NORMALIZATIONS, beam_search
+from aiayn.search.beam import LENGTH_NORMALIZATIONS, Hypothesis, beam_search, beam_search_nbest
 from aiayn.search.greedy import EXTRA_LEN, greedy_search
 from aiayn.search.output import Output
 from aiayn.search.step import StepModel
@@ -77,9 +77,12 @@ class SearchSettings:
     length_normalization: str = "gnmt"  # one of beam.LENGTH_NORMALIZATIONS
     min_len: int = 0
     max_len: int | None = None
+    n_best: int = 1  # outputs kept per sentence, the best and its ``others``: at most the beam's size
 
     def __post_init__(self) -> None:
         beam_size_of(self.beam_size)
+        if not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(f"n_best must be from 1 to the beam size {self.beam_size}, got {self.n_best}")
         if self.length_normalization not in LENGTH_NORMALIZATIONS:
             raise ValueError(
                 f"length normalization {self.length_normalization!r} is not one of {', '.join(LENGTH_NORMALIZATIONS)}"
@@ -96,6 +99,13 @@ class SearchSettings:
         """``folder``'s decoding defaults (its length penalty, if tuned on val; an imported checkpoint's beam and
         normalisation), then ``changes``: a change of None is the folder's default."""
         return cls(**{**folder.search_defaults(), **{k: v for k, v in changes.items() if v is not None}})
+
+
+def with_others(hypotheses: list[Hypothesis]) -> Output:
+    """A sentence's n-best as one output: the best, the rest its ``others`` (none found: empty, as ``beam_search``)."""
+    if not hypotheses:
+        return Output([], -np.inf, False, [])
+    return replace(hypotheses[0], others=tuple(hypotheses[1:]))
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
@@ -224,15 +234,11 @@ class Translator:
                 max_len = np.minimum(max_len, settings.max_len)
             if settings.beam_size == 1:
                 return greedy_search(self.engine, padded, max_len, settings.min_len)
-            return beam_search(
-                self.engine,
-                padded,
-                settings.beam_size,
-                settings.length_penalty,
-                max_len,
-                settings.length_normalization,
-                settings.min_len,
-            )
+            search_args = (settings.beam_size, settings.length_penalty, max_len, settings.length_normalization)
+            if settings.n_best == 1:
+                return beam_search(self.engine, padded, *search_args, settings.min_len)
+            best = beam_search_nbest(self.engine, padded, *search_args, settings.min_len)  # the same search
+            return [with_others(hyps[: settings.n_best]) for hyps in best]
 
         searched = map(search, batches) if self.lanes == 1 else lanes_pool(self.lanes).map(search, batches)
         for batch, results in zip(batches, searched, strict=True):

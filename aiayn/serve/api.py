@@ -23,7 +23,8 @@ import asyncio
 import json
 import math
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -36,6 +37,8 @@ from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, d
 from aiayn.serve.service import TimedOut, TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
+Read = TypeVar("Read")  # what a door reads of a body: its bytes, or its fields
+
 PATH = "/v1/translate"
 MEDIA_TYPE = "application/json"
 
@@ -43,10 +46,19 @@ MEDIA_TYPE = "application/json"
 async def body_of(request: Request, limit: int) -> bytes:
     """The request's body, read only while it stays within ``limit`` bytes: refused by its ``Content-Length``
     before a byte is read, and a body sent in chunks counted as it comes and cut off at the limit."""
-    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    media_type = media_type_of(request)
     if media_type != MEDIA_TYPE:
         sent = f"Content-Type {media_type}" if media_type else "no Content-Type"
         raise Refused(Reason.MEDIA_TYPE, f"the body must be sent as Content-Type: {MEDIA_TYPE}, not {sent}")
+    return await bounded_body(request, limit)
+
+
+def media_type_of(request: Request) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The body of any media type, read as ``body_of`` reads it: at most ``limit`` bytes."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise Refused(Reason.TOO_LARGE, f"the body has {int(length)} bytes; at most {limit}")
@@ -94,29 +106,35 @@ def parsed(
     request = json_of(body, limits.max_number_digits)
     if not isinstance(request, dict):
         raise bad_field('the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}')
-    unknown = sorted(set(request) - {"sentences", "direction", "beam"})
+    unknown = sorted(set(request) - {"sentences", "direction", "beam", "api_key"})  # a key: ``api_keys.py``'s
     if unknown:
         raise bad_field(f"unknown field(s) {', '.join(unknown)}; the fields are sentences, direction and beam")
     sentences = request.get("sentences")
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise bad_field("sentences must be a list of strings")
-    if not 1 <= len(sentences) <= limits.max_sentences:
-        most = limits.max_sentences
-        raise bad_field(f"sentences has {len(sentences)} items; from 1 to {most} are translated per request")
-    for index, sentence in enumerate(sentences):
-        try:
-            check_length(sentence, MAX_CHARS, f"sentences[{index}]")
-        except ValueError as err:
-            raise bad_field(str(err)) from None
-    total = sum(map(len, sentences))
-    if total > MAX_FILE_CHARS:
-        raise bad_field(f"the sentences have {total} characters together; at most {MAX_FILE_CHARS} per request")
+    check_texts(sentences, limits, "sentences")
     try:
         direction = direction_of(served, request.get("direction", next(iter(served))))
         beam = beam_of(request.get("beam"))
     except BadRequest as err:
         raise bad_field(str(err)) from None
     return sentences, direction, direction.model.search.beam_size if beam is None else beam
+
+
+def check_texts(texts: list[str], limits: Limits, field: str) -> None:
+    """A request's texts within the route's limits (how many, each one's and their characters together), or a
+    ``Refused`` naming them as ``field`` (``sentences``; LibreTranslate's ``q``)."""
+    if not 1 <= len(texts) <= limits.max_sentences:
+        most = limits.max_sentences
+        raise bad_field(f"{field} has {len(texts)} items; from 1 to {most} are translated per request")
+    for index, text in enumerate(texts):
+        try:
+            check_length(text, MAX_CHARS, f"{field}[{index}]")
+        except ValueError as err:
+            raise bad_field(str(err)) from None
+    total = sum(map(len, texts))
+    if total > MAX_FILE_CHARS:
+        raise bad_field(f"the {field} have {total} characters together; at most {MAX_FILE_CHARS} per request")
 
 
 def bad_field(message: str) -> Refused:
@@ -147,62 +165,109 @@ class Waiting:
 
 def refusal(refused: Refused, limits: Limits, unread: bool = False) -> JSONResponse:
     """A refusal's answer, and the route's one place that counts it (``aiayn_refusals_total`` by its reason): its
-    status and one message; a 503 says when to try again, and one refused before its body was read whole
+    status and one message; a 503 or 429 says when to try again, and one refused before its body was read whole
     (``unread``) closes the connection, so that the server reads no more of it."""
     metrics.refused(refused.reason)
-    headers = {"Retry-After": str(limits.retry_after_s)} if refused.status == 503 else {}
+    wait_s = refused.retry_after_s or limits.retry_after_s
+    headers = {"Retry-After": str(wait_s)} if refused.status in (429, 503) else {}
     if unread:
         headers["Connection"] = "close"
     return JSONResponse({"error": str(refused)}, status_code=refused.status, headers=headers)
 
 
-def json_route(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> APIRoute:
-    """The route over the models ``service`` has loaded (the page's directions)."""
-    waiting = Waiting(limits.max_waiting)
-    past_time = f"not answered within {limits.request_timeout_s:g} s: the server is busy; try again shortly"
+def past_time_of(limits: Limits) -> str:
+    return f"not answered within {limits.request_timeout_s:g} s: the server is busy; try again shortly"
+
+
+async def read_within(request: Request, limits: Limits, read: Callable[[Request, int], Awaitable[Read]]) -> Read:
+    """The body as ``read`` reads it, within ``limits.max_body_bytes`` and the request's time; else a ``Refused``,
+    to be answered as unread (the connection closed)."""
+    try:
+        return await asyncio.wait_for(read(request, limits.max_body_bytes), limits.request_timeout_s)
+    except TimeoutError:
+        raise Refused(Reason.TIMEOUT, past_time_of(limits)) from None
+
+
+async def answered(
+    request: Request,
+    limits: Limits,
+    read: Callable[[Request, int], Awaitable[Read]],
+    answer: Callable[[Read, float], Awaitable[Any]],
+) -> JSONResponse:
+    """A JSON door's answer: its body as ``read`` reads it (``read_within``), then ``answer(what was read, the
+    deadline)``; each refusal answered in one line (``refusal``), one before the body was read whole as unread."""
+    deadline = time.monotonic() + limits.request_timeout_s  # a slow body's time counts
+    try:
+        body = await read_within(request, limits, read)
+    except Refused as refused:
+        return refusal(refused, limits, unread=True)
+    try:
+        return JSONResponse(await answer(body, deadline))
+    except Refused as refused:
+        return refusal(refused, limits)
+
+
+async def searched_within(
+    service: TranslationService,
+    waiting: Waiting,
+    request: tuple[list[str], Direction, int],
+    deadline: float,
+    limits: Limits,
+    field: str = "sentences",
+    n_best: int = 1,
+) -> dict[str, Any]:
+    """``translated`` in a thread, the request's sentences counted among ``waiting`` until it is answered."""
+    waiting.admit(len(request[0]))
+    try:
+        past_time = past_time_of(limits)
+        return await run_in_threadpool(translated, service, request, deadline, past_time, field, n_best)
+    finally:
+        waiting.leave(len(request[0]))
+
+
+def json_route(
+    service: TranslationService, limits: Limits = DEFAULT_LIMITS, waiting: Waiting | None = None
+) -> APIRoute:
+    """The route over the models ``service`` has loaded (the page's directions); its sentences counted among
+    ``waiting``, the JSON doors' one count (``libretranslate.json_doors``; None: a count of its own)."""
+    admitted = waiting or Waiting(limits.max_waiting)
 
     async def translate(request: Request) -> JSONResponse:
-        deadline = time.monotonic() + limits.request_timeout_s  # a slow body's time counts
-        try:
-            body = await asyncio.wait_for(body_of(request, limits.max_body_bytes), limits.request_timeout_s)
-        except TimeoutError:
-            return refusal(Refused(Reason.TIMEOUT, past_time), limits, unread=True)
-        except Refused as refused:
-            return refusal(refused, limits, unread=True)
-        served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
-        try:
+        async def answer(body: bytes, deadline: float) -> dict[str, Any]:
+            served = directions(dict(service.models))  # the page's direction values: en-de, en-es, ...
             sentences, direction, beam = parsed(body, served, limits)
             request.state.sentences, request.state.text = len(sentences), sentences  # the access log's
-            waiting.admit(len(sentences))
-        except Refused as refused:
-            return refusal(refused, limits)
-        try:
-            answer = await run_in_threadpool(translated, service, (sentences, direction, beam), deadline, past_time)
-        except Refused as refused:
-            return refusal(refused, limits)
-        finally:
-            waiting.leave(len(sentences))
-        return JSONResponse(answer)
+            return await searched_within(service, admitted, (sentences, direction, beam), deadline, limits)
+
+        return await answered(request, limits, body_of, answer)
 
     return APIRoute(PATH, translate, methods=["POST"], name="translate")
 
 
 def translated(
-    service: TranslationService, request: tuple[list[str], Direction, int], deadline: float, past_time: str
+    service: TranslationService,
+    request: tuple[list[str], Direction, int],
+    deadline: float,
+    past_time: str,
+    field: str = "sentences",
+    n_best: int = 1,
 ) -> dict[str, Any]:
     """The answer to a checked request, searched within what is left of its time at ``deadline`` (its wait for a
-    thread counts), or a ``Refused``: past its time (``past_time`` says so), or a line the model cannot take."""
+    thread counts), or a ``Refused``: past its time (``past_time`` says so), or a line the model cannot take (named
+    ``field[i]``); with ``n_best`` above 1, each translation's alternatives too (``alternatives``)."""
     sentences, direction, beam = request
     try:
-        results = service.translate_many([(s, direction.name, beam) for s in sentences], deadline - time.monotonic())
+        wanted = [(s, direction.name, beam) for s in sentences]
+        results = service.translate_many(wanted, deadline - time.monotonic(), n_best)
     except TimedOut:
         raise Refused(Reason.TIMEOUT, past_time) from None
     refused = [(i, line, why) for i, r in enumerate(results) for line, why in r.refused]
     if refused:
         index, line, why = refused[0]
-        raise Refused(Reason.NOT_TRANSLATED, f"sentences[{index}], line {line + 1}: {why}")
+        raise Refused(Reason.NOT_TRANSLATED, f"{field}[{index}], line {line + 1}: {why}")
     translations: list[Any] = [result.text for result in results]
     told = [result.details() for result in results]
     metrics.translated(direction.value, told)
     details = [one.as_json() for one in told]
-    return {"translations": translations, "details": details, "direction": direction.value, "beam": beam}
+    answer = {"translations": translations, "details": details, "direction": direction.value, "beam": beam}
+    return answer | ({"alternatives": [result.alternatives for result in results]} if n_best > 1 else {})

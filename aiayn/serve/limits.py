@@ -66,6 +66,9 @@ class Reason(StrEnum):
     TIMEOUT = "timeout"  # not answered within ``request_timeout_s``
     PAGE_QUEUE_FULL = "page_queue_full"  # Gradio's queue of page requests is full (``page.MAX_WAITING``)
     DRAINING = "draining"  # the process is stopping: any route's new request (``operations.py``)
+    NO_KEY = "no_key"  # ``--api-keys`` given, and no valid key sent (``api_keys.py``)
+    KEY_RATE = "key_rate"  # a key over its requests per minute
+    KEY_CHARS = "key_chars"  # a request over its key's characters
 
 
 STATUS = {
@@ -78,15 +81,19 @@ STATUS = {
     Reason.TIMEOUT: 503,
     Reason.PAGE_QUEUE_FULL: 503,
     Reason.DRAINING: 503,
+    Reason.NO_KEY: 403,
+    Reason.KEY_RATE: 429,
+    Reason.KEY_CHARS: 413,
 }
 
 
 class Refused(ValueError):
-    """A request the route answers with a 4xx or 503 and one message; ``reason`` names why."""
+    """A request the route answers with a 4xx or 503 and one message; ``reason`` names why, ``retry_after_s``
+    when to try again where not the server's ``Limits.retry_after_s`` (a key's rate)."""
 
-    def __init__(self, reason: Reason, message: str) -> None:
+    def __init__(self, reason: Reason, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason, self.retry_after_s = reason, retry_after_s
 
     @property
     def status(self) -> int:

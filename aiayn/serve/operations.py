@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -29,7 +30,7 @@ from aiayn.serve.downloads import BoundedUploads
 from aiayn.serve.drain import GRACE_S, Lifecycle, PageWork
 from aiayn.serve.health import PATHS as HEALTH_PATHS
 from aiayn.serve.health import health_routes, unavailable
-from aiayn.serve.limits import Reason
+from aiayn.serve.limits import MAX_BODY_BYTES, Reason
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -51,6 +52,8 @@ class OperatorOptions:
     access_log: str | None = "text"  # access_log.FORMATS, or None: no access log
     log_text: bool = False  # the user's text in the access log
     grace_s: float = GRACE_S
+    api_keys: Path | None = None  # --api-keys FILE: the keys the JSON doors ask for (``api_keys.py``)
+    api_keys_page: bool = False  # --api-keys-page: the page's too
 
 
 DEFAULT_OPERATOR = OperatorOptions()
@@ -68,12 +71,19 @@ class Kind(Enum):
 
 
 def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseRoute], list[Middleware]]:
-    """The health routes and ``/metrics`` (unless turned off), and the middleware, for the page server's app."""
+    """The health routes and ``/metrics`` (unless turned off), and the middleware, for the page server's app: the
+    operations', and the API keys' gate inside it where ``options`` has keys."""
     routes: list[BaseRoute] = list(health_routes(lifecycle))
     if options.metrics:
         routes.append(metrics.metrics_route(metrics.enable()))
     log = AccessLog(options.access_log, options.log_text) if options.access_log is not None else None
-    return routes, [Middleware(Operations, lifecycle=lifecycle, log=log), Middleware(BoundedUploads)]
+    middleware = [Middleware(Operations, lifecycle=lifecycle, log=log), Middleware(BoundedUploads)]
+    if options.api_keys is not None:  # inside the operations: its refusals are counted and logged as any answer
+        from aiayn.serve.api_keys import KeyGate, read_keys  # the JSON route's reading, the service behind it
+
+        keys = read_keys(options.api_keys)  # a bad file refused before any model loads
+        middleware.append(Middleware(KeyGate, keys=keys, page=options.api_keys_page, body_limit=MAX_BODY_BYTES))
+    return routes, middleware
 
 
 def kind_of(method: str, path: str) -> Kind:
@@ -130,10 +140,11 @@ def page_text(body: bytes) -> list[str] | None:
 
 def route_of(scope: Scope) -> str:
     """The template of the route that answered (never the raw path: no ids in the labels); the operators' own by
-    their path (Starlette routes, which leave no route in the scope here)."""
+    their path (Starlette routes, which leave no route in the scope here); a request refused before any route, by
+    the label its refuser left in the scope's state (``api_keys.KeyGate``)."""
     if scope["path"] in OPS_PATHS:
         return str(scope["path"])
-    return str(getattr(scope.get("route"), "path", None) or "unmatched")
+    return str(getattr(scope.get("route"), "path", None) or (scope.get("state") or {}).get("route") or "unmatched")
 
 
 class Operations:

@@ -107,10 +107,10 @@ class TranslationReplica:
         check_health(self.service)
 
     async def translate_many(
-        self, requests: list[tuple[str, str, int | None]], timeout_s: float | None = None
+        self, requests: list[tuple[str, str, int | None]], timeout_s: float | None = None, n_best: int = 1
     ) -> list[Result]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests, timeout_s)
+        return await loop.run_in_executor(self.waiting, self.service.translate_many, requests, timeout_s, n_best)
 
     async def translate_file(self, text: str, model: str, beam_size: int | None) -> str:
         loop = asyncio.get_running_loop()
@@ -140,13 +140,13 @@ class RemoteTranslation(TranslationService):
             return getattr(self.handle, method).remote(*args).result()
 
     def translate_many(
-        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None
+        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None, n_best: int = 1
     ) -> list[Result]:
         """The replica's ``translate_many``, its time limit kept there (its ``TimedOut`` raised here as Ray raises a
         replica's error: an instance of it)."""
         for text, _, _ in requests:
             check_length(text)
-        results: list[Result] = self.asked("translate_many", list(requests), timeout_s)
+        results: list[Result] = self.asked("translate_many", list(requests), timeout_s, n_best)
         return results
 
     def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:

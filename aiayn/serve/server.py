@@ -82,17 +82,19 @@ def page_with_routes(
     limits: Limits = DEFAULT_LIMITS,
     operator: OperatorOptions = DEFAULT_OPERATOR,
     lifecycle: Lifecycle | None = None,
+    mcp: bool = False,
 ) -> FastAPI:
-    """The page and the JSON route as one ASGI app for a server of its own (Ray Serve's), with the settings
+    """The page and the JSON doors as one ASGI app for a server of its own (Ray Serve's), with the settings
     ``launch`` gives Gradio's, and the operators' routes and middleware over ``lifecycle`` (its drain the
-    server's to start), ready once built."""
+    server's to start), ready once built; ``mcp``: the page's events as MCP tools too (Gradio's MCP server,
+    ``/gradio_api/mcp/``)."""
     import gradio as gr
     from fastapi import FastAPI
 
     from aiayn.serve import metrics
-    from aiayn.serve.api import json_route
     from aiayn.serve.drain import Lifecycle
     from aiayn.serve.health import unhealthy_because
+    from aiayn.serve.libretranslate import json_doors
     from aiayn.serve.operations import operated
     from aiayn.serve.page import build_app
 
@@ -101,10 +103,18 @@ def page_with_routes(
     blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
     lifecycle.follow_ups = follow_up_events(blocks)
-    app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
+    app = FastAPI(routes=[*json_doors(service, limits), *routes], middleware=middleware)
     lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
-    return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
+    return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD, mcp_server=mcp)
+
+
+def check_mcp() -> None:
+    """``--mcp`` needs Gradio's ``mcp`` extra: one line that says how to install it (Gradio itself only warns)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        raise ValueError("--mcp needs Gradio's MCP extra: pip install 'gradio[mcp]'")
 
 
 def launch(
@@ -114,9 +124,11 @@ def launch(
     share: bool = False,
     routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
+    mcp: bool = False,
 ) -> None:
-    """Serve the page, and ``routes`` beside it (``api.json_route``), through ``middleware``
-    (``operations.operated``); returns once the server is up. A port in use is one clear error."""
+    """Serve the page, and ``routes`` beside it (``libretranslate.json_doors``), through ``middleware``
+    (``operations.operated``), and with ``mcp`` the page's events as MCP tools; returns once the server is up. A
+    port in use is one clear error."""
     try:
         app.launch(
             server_name=host,
@@ -126,6 +138,7 @@ def launch(
             prevent_thread_lock=True,
             quiet=True,
             state_session_capacity=SESSIONS_KEPT,
+            mcp_server=mcp,
             app_kwargs={"routes": list(routes), "middleware": list(middleware)},
         )
     except OSError:  # Gradio's "Cannot find empty port", whatever the cause
@@ -141,11 +154,13 @@ def serve(
     split_clauses: bool = True,
     limits: Limits = DEFAULT_LIMITS,
     operator: OperatorOptions = DEFAULT_OPERATOR,
+    mcp: bool = False,
 ) -> int:
-    """The page and the JSON route over ``models`` (default: the bundled ones) until SIGTERM or Ctrl-C, then
+    """The page and the JSON doors over ``models`` (default: the bundled ones) until SIGTERM or Ctrl-C, then
     drained (``drain.py``), each model with the engine ``options`` say (``TranslationService``), within ``limits``;
-    one line on stderr says where. While the models load, the port answers the health routes (``/readyz``: 503)
-    and 503 to the rest. Returns the requests cut by the stop (0: all answered)."""
+    one line on stderr says where; ``mcp``: the page's events MCP tools too (Gradio's MCP server). While the models
+    load, the port answers the health routes (``/readyz``: 503) and 503 to the rest. Returns the requests cut by
+    the stop (0: all answered)."""
     bound_server_memory()  # before ONNX Runtime's threads start
     from aiayn.serve import metrics
     from aiayn.serve.drain import Lifecycle, serve_until_stopped
@@ -157,17 +172,19 @@ def serve(
     if warning:
         print(warning, file=sys.stderr)
     check_port(host, port)
+    if mcp:
+        check_mcp()
     lifecycle = Lifecycle()
     routes, middleware = operated(lifecycle, operator)
     with LoadingServer(lifecycle, host, port):  # answering before Gradio and ONNX Runtime are even imported
-        from aiayn.serve.api import json_route
+        from aiayn.serve.libretranslate import json_doors
         from aiayn.serve.page import build_app
         from aiayn.serve.service import TranslationService
 
         service = TranslationService(options, split_clauses)
         app = build_app(service, models, limits)
     lifecycle.follow_ups = follow_up_events(app)
-    launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
+    launch(app, host, port, share, routes=[*json_doors(service, limits), *routes], middleware=middleware, mcp=mcp)
     lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
     names = ", ".join(service.models)

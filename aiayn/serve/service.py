@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,7 @@ class Result:
     unsure_lines: list[int]  # lines (from 0) with a sentence the model translated with little confidence
     refused: list[tuple[int, str]]  # (line, why) of each sentence left out: a single word over the token limit
     lines: list[Details]  # what the model knows about each line
+    alternatives: list[str] = field(default_factory=list)  # the beam's next best texts, where asked for (``n_best``)
 
     def line_texts(self) -> list[str]:
         """The translation of each line (a text of blank lines alone translates to nothing: each gets "")."""
@@ -150,9 +151,11 @@ class LoadedModel:
                 clauses += cut
         return Prepared(laid_out, src_ids, sentence_of, clauses, sorted(left_out), refused)
 
-    def settings(self, beam_size: int | None) -> SearchSettings:
-        """The folder's search settings with ``beam_size`` (None: the folder's own)."""
-        return self.search if beam_size is None else replace(self.search, beam_size=beam_size)
+    def settings(self, beam_size: int | None, n_best: int = 1) -> SearchSettings:
+        """The folder's search settings with ``beam_size`` (None: the folder's own), keeping the ``n_best``
+        outputs of each sentence, at most as many as the beam holds."""
+        settings = self.search if beam_size is None else replace(self.search, beam_size=beam_size)
+        return settings if n_best == 1 else replace(settings, n_best=min(n_best, settings.beam_size))
 
     def run(
         self, prepared: Prepared, beam_size: int | None = None, on_batch: Callable[[int], object] | None = None
@@ -200,6 +203,17 @@ class LoadedModel:
             prepared.refusals(),
             lines,
         )
+
+    def alternatives(self, prepared: Prepared, outputs: list[Output]) -> list[str]:
+        """The text again from each piece's next best outputs (the second of every piece, then the third, ...; a
+        piece with fewer keeps its best), each text once and none the same as the best's."""
+        best = self.assemble(prepared, outputs, 0.0).text
+        count = max((len(output.others) for output in outputs), default=0)
+        texts = [
+            self.assemble(prepared, [o.others[i] if i < len(o.others) else o for o in outputs], 0.0).text
+            for i in range(count)
+        ]
+        return [text for text in dict.fromkeys(texts) if text != best]
 
     def details(
         self, prepared: Prepared, outputs: list[Output], pieces: dict[int, list[int]], line: list[int], text: str
@@ -258,14 +272,16 @@ def looks_short(source_tokens: int, output_tokens: int) -> bool:
     return source_tokens >= SHORT_MIN_SOURCE and output_tokens < SHORT_RATIO * source_tokens
 
 
-def submit_together(prepared: list[tuple[LoadedModel, Prepared, int | None]]) -> list[Future[list[Output]]]:
+def submit_together(
+    prepared: list[tuple[LoadedModel, Prepared, int | None]], n_best: int = 1
+) -> list[Future[list[Output]]]:
     """Each (model, prepared text, beam size) handed to its model's batcher, those of one model as one item
     (``SearchBatcher.submit_all``): a worker takes them into one search, where handed over one by one as each was
     cut, the first would be searched alone and a request's batch split in two."""
     futures: dict[int, Future[list[Output]]] = {}
     for loaded in {id(loaded): loaded for loaded, _, _ in prepared}.values():
         mine = [i for i, (owner, _, _) in enumerate(prepared) if owner is loaded]
-        searches = [(prepared[i][1].src_ids, loaded.settings(prepared[i][2])) for i in mine]
+        searches = [(prepared[i][1].src_ids, loaded.settings(prepared[i][2], n_best)) for i in mine]
         futures.update(zip(mine, loaded.batcher.submit_all(searches), strict=True))
     return [futures[i] for i in range(len(prepared))]
 
@@ -289,14 +305,15 @@ class TranslationService:
             return self.models[name]
 
     def translate_many(
-        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None
+        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None, n_best: int = 1
     ) -> list[Result]:
         """Requests of the page or the API, each (text, model, beam size or None for the folder's), at most
         ``MAX_CHARS`` characters each:
         all handed to their model's batcher before any is waited for, so they are searched together. A sentence
         that cannot be translated (a single word over the token limit) is left out and named in ``refused``.
         The latency covers the search. Not answered within ``timeout_s`` (None: no limit), ``TimedOut``: the
-        searches are cancelled, and the batcher drops what it has not searched yet."""
+        searches are cancelled, and the batcher drops what it has not searched yet. ``n_best`` above 1: each result
+        with up to ``n_best - 1`` alternatives (``LoadedModel.alternatives``), never more than its beam holds."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for text, _, _ in requests:
             check_length(text)
@@ -305,14 +322,22 @@ class TranslationService:
         prepared = [(loaded, loaded.prepare(text), beam_size) for loaded, text, beam_size in pending]
         if deadline is not None and time.monotonic() >= deadline:
             raise TimedOut(f"not answered within {timeout_s:g} s")
-        futures = submit_together(prepared)
+        futures = submit_together(prepared, n_best)
         if deadline is not None and wait(futures, max(0.0, deadline - time.monotonic())).not_done:
             for future in futures:
                 future.cancel()
             raise TimedOut(f"not answered within {timeout_s:g} s")
         outputs = [future.result() for future in futures]
         latency_ms = milliseconds_since(started)
-        return [loaded.assemble(cut, out, latency_ms) for (loaded, cut, _), out in zip(prepared, outputs, strict=True)]
+        results = [
+            loaded.assemble(cut, out, latency_ms) for (loaded, cut, _), out in zip(prepared, outputs, strict=True)
+        ]
+        if n_best == 1:
+            return results
+        return [
+            replace(result, alternatives=loaded.alternatives(cut, out))
+            for result, (loaded, cut, _), out in zip(results, prepared, outputs, strict=True)
+        ]
 
     def translate_each(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result | Exception]:
         """``translate_many``, each request's failure its own: where the requests together raise, each is asked

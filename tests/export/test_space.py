@@ -97,6 +97,7 @@ def test_the_space_holds_the_page_the_model_and_what_it_needs(bundled: dict[str,
     requirements = (space / "requirements.txt").read_text().split()
     names = [line.split("==")[0] for line in requirements]
     assert "onnxruntime" in names and "sentencex" in names and all("==" in line for line in requirements)
+    assert "py3langid" in names and "mcp" not in names  # LibreTranslate's "auto"; MCP only with --mcp
     assert not {"gradio", "torch", "onnxruntime-gpu"} & set(names)
     assert (space / ".gitattributes").read_text() == "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
     assert 'device="cpu", variant="fp32"' in (space / "app.py").read_text()
@@ -191,8 +192,8 @@ def served(
     environment that every Space test shares."""
     variant = request.param
     folder = tmp_path_factory.mktemp(f"space-{variant}")
-    space = export("en-de", folder / "space", "--variant", variant)
-    assert f'variant="{variant}"' in (space / "app.py").read_text()
+    space = export("en-de", folder / "space", "--variant", variant, "--mcp")
+    assert f'variant="{variant}"' in (space / "app.py").read_text() and "mcp=True" in (space / "app.py").read_text()
     with serve_space(space_python, space, folder / "space.log") as url:
         yield variant, url
 
@@ -204,6 +205,21 @@ def test_the_space_serves_from_a_fresh_environment_as_translate(
     assert_answers_as_translate(url, "en-de", "en-de", SENTENCES, variant)
     models = models_info(url)  # the operators' routes, with the Space's own requirements
     assert [(m["direction"], m["variant"], m["device"]) for m in models] == [("en-de", variant, "CPUExecutionProvider")]
+
+
+def test_the_space_answers_libretranslate_and_mcp_as_translate(
+    served: tuple[str, str], mcp_translate: Callable[..., tuple[list[str], list[str]]]
+) -> None:
+    """An exported Space (`--mcp`), from its own folder: LibreTranslate's door and the MCP tool answer as `aiayn
+    translate` does."""
+    variant, url = served
+    expected = cli_translate("en-de", SENTENCES, 4, variant)
+    body = json.dumps({"q": SENTENCES, "source": "en", "target": "de"}).encode()
+    request = urllib.request.Request(f"{url}translate", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert json.loads(answer.read()) == {"translatedText": expected}
+    tools, (translation, _) = mcp_translate(url, SENTENCES[0], "en-de", 4)
+    assert "translate" in tools and translation == expected[0]
 
 
 @pytest.mark.skipif(

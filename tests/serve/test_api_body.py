@@ -79,7 +79,9 @@ class Shouting:
         self.models = {"models/ende": served()["en-de"].model, "models/deen": served()["de-en"].model}
         self.requests: list[list[tuple[str, str, int | None]]] = []
 
-    def translate_many(self, requests: list[tuple[str, str, int | None]], timeout_s: float) -> list[Answer]:
+    def translate_many(
+        self, requests: list[tuple[str, str, int | None]], timeout_s: float, n_best: int = 1
+    ) -> list[Answer]:
         self.requests.append(list(requests))
         answers = []
         for text, _, _ in requests:

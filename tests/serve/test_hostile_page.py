@@ -202,7 +202,7 @@ def test_app_py_listens_on_every_interface_only_where_spaces_runs_it(
     monkeypatch.setattr(aiayn.serve.server, "serve", lambda *args, **kwargs: asked.append(kwargs["host"]))
     exported = tmp_path / "app.py"  # an exported Space's, as `aiayn export --to space` writes it
     exported.write_text(
-        APP.format(label="en → de", provenance="a test", model_dir="model", device="cpu", variant="fp32")
+        APP.format(label="en → de", provenance="a test", model_dir="model", device="cpu", variant="fp32", mcp=False)
     )
     for app in (ROOT / "app.py", exported):
         runpy.run_path(str(app), run_name="__main__")

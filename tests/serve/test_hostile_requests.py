@@ -52,6 +52,9 @@ def test_each_refusal_has_a_stable_reason_and_its_status() -> None:
         "timeout": 503,
         "page_queue_full": 503,
         "draining": 503,
+        "no_key": 403,
+        "key_rate": 429,
+        "key_chars": 413,
     }
     assert set(STATUS) == set(Reason)
 
@@ -181,7 +184,9 @@ class Held(Shouting):
         super().__init__()
         self.held, self.release = threading.Semaphore(0), threading.Event()
 
-    def translate_many(self, requests: list[tuple[str, str, int | None]], timeout_s: float) -> list[Answer]:
+    def translate_many(
+        self, requests: list[tuple[str, str, int | None]], timeout_s: float, n_best: int = 1
+    ) -> list[Answer]:
         self.held.release()
         assert self.release.wait(30)
         return super().translate_many(requests, timeout_s)
@@ -265,7 +270,9 @@ class Stalled(Shouting):
         super().__init__()
         self.timeouts: list[float] = []
 
-    def translate_many(self, requests: list[tuple[str, str, int | None]], timeout_s: float) -> list[Answer]:
+    def translate_many(
+        self, requests: list[tuple[str, str, int | None]], timeout_s: float, n_best: int = 1
+    ) -> list[Answer]:
         self.timeouts.append(timeout_s)
         raise TimedOut(f"not answered within {timeout_s} s")
 
@@ -305,7 +312,7 @@ class Counted:
     def prepare(self, text: str) -> Any:
         return SimpleNamespace(src_ids=[[len(text), 2]])
 
-    def settings(self, beam_size: int | None) -> SearchSettings:
+    def settings(self, beam_size: int | None, n_best: int = 1) -> SearchSettings:
         return SearchSettings()
 
     def assemble(self, prepared: Any, outputs: list[Output], latency_ms: float) -> list[Output]:

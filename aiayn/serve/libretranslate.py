@@ -1,0 +1,343 @@
+"""LibreTranslate's API beside ``POST /v1/translate``, for the apps and libraries that already speak it
+(libretranslatepy, deep-translator's ``LibreTranslator``, chat and wiki plugins that take "a LibreTranslate URL").
+Torch-free.
+
+- ``POST /translate``: ``q`` (a string, or a list of them), ``source`` (a served source's code, or ``auto``),
+  ``target``, ``format`` (``text``, or ``html``: the text between the tags translated, the markup kept), sent as
+  JSON, a form or query parameters; ``{"translatedText": ...}``, a list for a list, with ``detectedLanguage``
+  where the source was ``auto``.
+- ``GET /languages``: each served source's ``code``, ``name`` and ``targets``.
+- ``POST /detect``: ``q``'s language among the served sources, best first, ``[{"language", "confidence"}]``.
+
+They read within the JSON route's limits, count their sentences among its waiting ones, are refused by the same
+reasons with the same statuses and ``{"error": "..."}``, and report to the same metrics (``api.py``). ``api_key``
+is read by ``api_keys.py``'s gate, where ``--api-keys`` is given. ``alternatives``: up to that many other
+translations of each text, the beam's n-best after its first (so at most the folder's beam size less one; none
+under a greedy folder), for ``format`` ``text``. Not offered: file translation (``/translate_file``), suggestions,
+LibreTranslate's front-end settings: a 404.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import threading
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
+from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute
+
+from aiayn.search.translator import MAX_BEAM
+from aiayn.serve.api import (
+    MEDIA_TYPE,
+    Waiting,
+    answered,
+    bad_field,
+    bounded_body,
+    check_texts,
+    json_of,
+    json_route,
+    media_type_of,
+    searched_within,
+)
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
+from aiayn.serve.requests import Direction, directions
+from aiayn.serve.service import TranslationService
+
+FORM = "application/x-www-form-urlencoded"
+FORMATS = ("text", "html")
+AUTO = "auto"
+FIELDS = ("q", "source", "target", "format", "alternatives", "api_key")
+# LibreTranslate names each language; the served folders give only codes. The names of ISO 639-1's most translated
+# languages, and a code outside them is its own name.
+NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
+    "ko": "Korean", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
+    "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}  # fmt: skip
+UNSCRIPTED = ("script", "style")  # elements whose content is code, not text: kept as it is
+
+
+def by_pair(served: dict[str, Direction]) -> dict[tuple[str, str], Direction]:
+    """The served directions by (source, target); of several folders of one pair, the first."""
+    pairs: dict[tuple[str, str], Direction] = {}
+    for direction in served.values():
+        pairs.setdefault(direction.pair, direction)
+    return pairs
+
+
+def languages(served: dict[str, Direction]) -> list[dict[str, Any]]:
+    """``GET /languages``' answer: each served source with the targets it is served to."""
+    targets: dict[str, list[str]] = {}
+    for source, target in by_pair(served):
+        targets.setdefault(source, []).append(target)
+    return [{"code": code, "name": NAMES.get(code, code), "targets": to} for code, to in targets.items()]
+
+
+@functools.cache
+def identifier() -> Any:
+    """py3langid's identifier over all its languages, loaded once (about a second) when first asked."""
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+IDENTIFIER_LOCK = threading.Lock()  # loaded once, whichever thread asks first
+
+
+def ranked(text: str, candidates: list[str]) -> list[tuple[str, float]]:
+    """``candidates`` by how likely ``text`` is in each, best first, with its share of their probability in
+    percent (LibreTranslate's confidence); a Refused where the identifier knows none of them."""
+    with IDENTIFIER_LOCK:
+        found = identifier()
+    known = [code for code in candidates if code in found.labels]
+    if not known:
+        codes = ", ".join(candidates)
+        raise bad_field(f"the language of {codes} cannot be detected here; send source as one of {codes}")
+    scores = {code: score for code, score in found.rank(text) if code in known}
+    total = sum(scores.values()) or 1.0
+    order = sorted(known, key=lambda code: -scores[code])  # the candidates' order where the text has no feature
+    return [(code, round(100 * scores[code] / total, 1)) for code in order]
+
+
+def detected(language: tuple[str, float]) -> dict[str, Any]:
+    return {"language": language[0], "confidence": language[1]}
+
+
+class Markup(HTMLParser):
+    """An HTML fragment cut into its markup, kept as written, and its text, unescaped, to translate."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[tuple[bool, str]] = []  # (is text, the markup or the text)
+        self.inside: list[str] = []
+
+    def keep(self, markup: str) -> None:
+        self.parts.append((False, markup))
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.keep(self.get_starttag_text() or "")
+        self.inside.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.keep(self.get_starttag_text() or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.keep(f"</{tag}>")
+        if tag in self.inside:
+            del self.inside[len(self.inside) - 1 - self.inside[::-1].index(tag) :]
+
+    def handle_data(self, data: str) -> None:
+        code = bool(self.inside) and self.inside[-1] in UNSCRIPTED  # passed raw by the parser: kept raw
+        self.parts.append((bool(data.strip()) and not code, data))
+
+    def handle_comment(self, data: str) -> None:
+        self.keep(f"<!--{data}-->")
+
+    def handle_decl(self, decl: str) -> None:
+        self.keep(f"<!{decl}>")
+
+    def handle_pi(self, data: str) -> None:
+        self.keep(f"<?{data}>")
+
+
+def html_parts(fragment: str) -> list[tuple[bool, str]]:
+    parser = Markup()
+    parser.feed(fragment)
+    parser.close()
+    return parser.parts
+
+
+def rejoined(parts: list[tuple[bool, str]], translations: list[str]) -> str:
+    """The fragment again, its texts replaced by their translations (escaped), the white space around each kept."""
+    given = iter(translations)
+    out = []
+    for is_text, value in parts:
+        if not is_text:
+            out.append(value)
+            continue
+        lead, trail = value[: len(value) - len(value.lstrip())], value[len(value.rstrip()) :]
+        out.append(lead + html.escape(next(given), quote=False) + trail)
+    return "".join(out)
+
+
+async def fields_read(request: Request, limit: int) -> dict[str, Any]:
+    """The request's fields: its query parameters, and a JSON object's or a form's (which win where both name one);
+    a body of another media type refused, naming the ones read."""
+    media_type = media_type_of(request)
+    body = await bounded_body(request, limit)
+    fields: dict[str, Any] = form_fields(request.url.query.encode("latin-1"))
+    if not body.strip():
+        return fields
+    if media_type == MEDIA_TYPE:
+        found = json_of(body, DEFAULT_LIMITS.max_number_digits)
+        if not isinstance(found, dict):
+            raise Refused(Reason.BAD_JSON, 'the body must be a JSON object: {"q": ..., "source": ..., ...}')
+        return fields | found
+    if media_type == FORM:
+        return fields | form_fields(body)
+    sent = f"Content-Type {media_type}" if media_type else "no Content-Type"
+    raise Refused(Reason.MEDIA_TYPE, f"the body must be sent as Content-Type: {MEDIA_TYPE} or {FORM}, not {sent}")
+
+
+def form_fields(encoded: bytes) -> dict[str, Any]:
+    """A form's or a query's fields; a field sent more than once (``q=a&q=b``), the list of its values."""
+    try:
+        pairs = parse_qsl(encoded.decode("utf-8"), keep_blank_values=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise Refused(Reason.BAD_JSON, "the form is not UTF-8 text") from None
+    fields: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in fields:
+            earlier = fields[name]
+            fields[name] = [*(earlier if isinstance(earlier, list) else [earlier]), value]
+        else:
+            fields[name] = value
+    return fields
+
+
+def texts_of(fields: dict[str, Any], limits: Limits) -> tuple[list[str], bool]:
+    """(``q``'s texts, whether ``q`` was a list), checked within the route's limits."""
+    q = fields.get("q")
+    if q is None or q == []:
+        raise bad_field("Invalid request: missing q parameter")
+    texts = q if isinstance(q, list) else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise bad_field("q must be a string or a list of strings")
+    for index, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad_field(f"q[{index}] holds a lone surrogate, which is not text") from None
+    check_texts(texts, limits, "q")
+    return texts, isinstance(q, list)
+
+
+def alternatives_of(value: Any) -> int:
+    """``alternatives``: how many other translations a text asks for, a whole number from 0 (none: 0)."""
+    if value is None or value == "":
+        return 0
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or isinstance(value, float):
+        raise bad_field("Invalid request: alternatives parameter is not a number")
+    return min(int(text), MAX_BEAM)  # never more than the widest beam holds
+
+
+def code_field(fields: dict[str, Any], name: str) -> str:
+    value = fields.get(name)
+    if not isinstance(value, str) or not value:
+        raise bad_field(f"Invalid request: missing {name} parameter")
+    return value
+
+
+class Asked:
+    """A checked ``POST /translate``: its texts, format and the direction of each."""
+
+    def __init__(self, fields: dict[str, Any], served: dict[str, Direction], limits: Limits) -> None:
+        unknown = sorted(set(fields) - set(FIELDS))
+        if unknown:
+            raise bad_field(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(FIELDS)}")
+        self.texts, self.many = texts_of(fields, limits)
+        source, target = code_field(fields, "source"), code_field(fields, "target")
+        self.format = fields.get("format") or "text"
+        if self.format not in FORMATS:
+            raise bad_field(f"{self.format} format is not supported; the formats are {', '.join(FORMATS)}")
+        self.alternatives = alternatives_of(fields.get("alternatives"))
+        if self.alternatives and self.format != "text":
+            raise bad_field("alternatives go with format text: an HTML text's are not offered")
+        pairs = by_pair(served)
+        targets = sorted({t for _, t in pairs})
+        if target not in targets:
+            raise bad_field(f"target {target} is not supported; the targets served are {', '.join(targets)}")
+        sources = [s for s, t in pairs if t == target]
+        if source != AUTO and source not in sources:
+            raise bad_field(
+                f"source {source} is not supported to {target}; the sources served to it are {', '.join(sources)}"
+                f" (or {AUTO})"
+            )
+        self.detected = [ranked(text, sources)[0] for text in self.texts] if source == AUTO else None
+        chosen = [language for language, _ in self.detected] if self.detected else [source] * len(self.texts)
+        self.directions = [pairs[(language, target)] for language in chosen]
+
+    def pieces(self) -> list[list[tuple[bool, str]]]:
+        """Each text as its parts (``html_parts``; a plain text is one part, all text)."""
+        return [html_parts(t) if self.format == "html" else [(True, t)] for t in self.texts]
+
+
+async def searched_by_direction(
+    service: TranslationService,
+    waiting: Waiting,
+    asked: Asked,
+    texts: list[list[str]],
+    deadline: float,
+    limits: Limits,
+) -> tuple[list[list[str]], list[list[str]]]:
+    """Each text's pieces translated (``texts[i]``, their translations in the same places) and each text's
+    alternatives: one search per direction, in the order the texts name them."""
+    translations = [[""] * len(one) for one in texts]
+    others: list[list[str]] = [[] for _ in texts]
+    for value in dict.fromkeys(d.value for d in asked.directions):  # a search per direction, in order
+        mine = [i for i, d in enumerate(asked.directions) if d.value == value]
+        direction = asked.directions[mine[0]]
+        sentences = [text for i in mine for text in texts[i]]
+        if not sentences:
+            continue
+        beam = direction.model.search.beam_size
+        n_best = min(asked.alternatives + 1, beam)  # the beam's n-best after its first: never more than it holds
+        searched = await searched_within(service, waiting, (sentences, direction, beam), deadline, limits, "q", n_best)
+        given = iter(searched["translations"])
+        for i in mine:
+            translations[i] = [next(given) for _ in texts[i]]
+        if asked.alternatives:  # format text: one sentence a text
+            for i, found in zip(mine, searched["alternatives"], strict=True):
+                others[i] = found[: asked.alternatives]
+    return translations, others
+
+
+def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> list[BaseRoute]:
+    """The server's JSON doors over the models ``service`` has loaded: ``POST /v1/translate`` and LibreTranslate's,
+    their sentences counted together (one ``Waiting``)."""
+    waiting = Waiting(limits.max_waiting)
+
+    async def translate(request: Request) -> JSONResponse:
+        async def answer(fields: dict[str, Any], deadline: float) -> dict[str, Any]:
+            # In a thread: the language identifier (loaded once, about a second) never holds the event loop.
+            asked = await run_in_threadpool(Asked, fields, directions(dict(service.models)), limits)
+            pieces = asked.pieces()
+            texts = [[value for is_text, value in parts if is_text] for parts in pieces]
+            check_texts([text for one in texts for text in one] or [""], limits, "q")
+            request.state.sentences, request.state.text = sum(map(len, texts)), asked.texts  # the access log's
+            translations, others = await searched_by_direction(service, waiting, asked, texts, deadline, limits)
+            out = [rejoined(parts, done) for parts, done in zip(pieces, translations, strict=True)]
+            reply: dict[str, Any] = {"translatedText": out if asked.many else out[0]}
+            if asked.alternatives:
+                reply["alternatives"] = others if asked.many else others[0]
+            if asked.detected is not None:
+                found_languages = [detected(language) for language in asked.detected]
+                reply["detectedLanguage"] = found_languages if asked.many else found_languages[0]
+            return reply
+
+        return await answered(request, limits, fields_read, answer)
+
+    async def languages_served(request: Request) -> JSONResponse:
+        return JSONResponse(languages(directions(dict(service.models))))
+
+    async def detect(request: Request) -> JSONResponse:
+        async def answer(fields: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
+            texts, _ = texts_of(fields, limits)
+            sources = list(dict.fromkeys(s for s, _ in by_pair(directions(dict(service.models)))))
+            return [detected(language) for language in await run_in_threadpool(ranked, " ".join(texts), sources)]
+
+        return await answered(request, limits, fields_read, answer)
+
+    return [
+        json_route(service, limits, waiting),
+        APIRoute("/translate", translate, methods=["POST"], name="libretranslate"),
+        APIRoute("/languages", languages_served, methods=["GET", "POST"], name="languages"),
+        APIRoute("/detect", detect, methods=["POST"], name="detect"),
+    ]
