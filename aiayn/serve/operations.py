@@ -14,34 +14,34 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 
 from aiayn.serve import metrics
 from aiayn.serve.access_log import AccessLine, AccessLog
+from aiayn.serve.doors import ASGIApp, Doors, Message, Receive, Scope, Send, joined_fields
 from aiayn.serve.drain import GRACE_S, Lifecycle
 from aiayn.serve.health import PATHS as HEALTH_PATHS
 from aiayn.serve.health import health_routes, unavailable
-from aiayn.serve.limits import Reason
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason
+from aiayn.serve.openapi import PATH as OPENAPI_PATH
+from aiayn.serve.openapi import openapi_route
 
 GRADIO_API = "/gradio_api"
+# The status a request whose client left before its answer is counted and logged with (nginx's, where a client
+# closes its request): never a traceback in the server's log.
+CLIENT_GONE = 499
 # A page request joined whose stream never opened within this long is taken as abandoned by its client (Gradio
 # answers it all the same): its key is forgotten, so that a client that only joins cannot grow the table or hold
 # a drain. A request accepted waits at most about 30 s of work in Gradio's queue (page.MAX_WAITING).
 ABANDONED_S = 300.0
-OPS_PATHS = (*HEALTH_PATHS, metrics.PATH)
+OPS_PATHS = (*HEALTH_PATHS, metrics.PATH, OPENAPI_PATH)
 DRAINING = "draining: this server is stopping; ask again (another replica, or this one restarted)"
 
 
@@ -59,7 +59,7 @@ DEFAULT_OPERATOR = OperatorOptions()
 
 
 class Kind(Enum):
-    OPS = "ops"  # health and metrics: never refused, never counted as work
+    OPS = "ops"  # health, metrics and the OpenAPI document: never refused, never counted as work
     JOIN = "join"  # a page request joining Gradio's queue, keyed by its session
     CALL = "call"  # a page request joining Gradio's queue by its API name, keyed by the event id answered
     STREAM = "stream"  # a page request's answer
@@ -67,13 +67,17 @@ class Kind(Enum):
     WORK = "work"  # anything else: the JSON route, an upload, the page's files
 
 
-def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseRoute], list[Middleware]]:
-    """The health routes and ``/metrics`` (unless turned off), and the middleware, for the page server's app."""
-    routes: list[BaseRoute] = list(health_routes(lifecycle))
+def operated(
+    lifecycle: Lifecycle, options: OperatorOptions, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[BaseRoute], list[Middleware]]:
+    """The OpenAPI document, the health routes and ``/metrics`` (unless turned off), and the middleware, for the
+    page server's app: this module's outside (a request refused by the doors is counted and logged too), the
+    doors' (``doors.py``) inside."""
+    routes: list[BaseRoute] = [openapi_route(), *health_routes(lifecycle)]
     if options.metrics:
         routes.append(metrics.metrics_route(metrics.enable()))
     log = AccessLog(options.access_log, options.log_text) if options.access_log is not None else None
-    return routes, [Middleware(Operations, lifecycle=lifecycle, log=log)]
+    return routes, [Middleware(Operations, lifecycle=lifecycle, log=log), Middleware(Doors, limits=limits)]
 
 
 def kind_of(method: str, path: str) -> Kind:
@@ -93,35 +97,19 @@ def kind_of(method: str, path: str) -> Kind:
     return Kind.WORK
 
 
-async def read_body(receive: Receive) -> tuple[bytes, Receive]:
-    """A request's body (a page join's: small), and a ``receive`` that hands it to the app again."""
-    messages = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request" or not message.get("more_body"):
-            break
-    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-    replay = iter(messages)
-
-    async def replayed() -> Message:
-        return next(replay, None) or await receive()
-
-    return body, replayed
+def page_text(request: dict[str, Any]) -> list[str] | None:
+    """The text a page request sent (the first of its inputs), for ``--log-text``."""
+    data = request.get("data")
+    return [data[0]] if isinstance(data, list) and data and isinstance(data[0], str) else None
 
 
-def json_field(body: bytes, name: str) -> Any:
+def event_id(answer: bytes) -> Any:
+    """The event id of an API join's answer (``{"event_id": ...}``), or None."""
     try:
-        found = json.loads(body)
+        found = json.loads(answer)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return found.get(name) if isinstance(found, dict) else None
-
-
-def page_text(body: bytes) -> list[str] | None:
-    """The text a page request sent (the first of its inputs), for ``--log-text``."""
-    data = json_field(body, "data")
-    return [data[0]] if isinstance(data, list) and data and isinstance(data[0], str) else None
+    return found.get("event_id") if isinstance(found, dict) else None
 
 
 def route_of(scope: Scope) -> str:
@@ -153,22 +141,20 @@ class Operations:
             await unavailable(DRAINING)(scope, receive, send)
             self.ended(method, "(draining)", 503, started, scope)
             return
-        body = b""
-        if kind is Kind.JOIN or (kind is Kind.CALL and self.log is not None and self.log.with_text):
-            body, receive = await read_body(receive)
-        key = self.stream_key(scope) if kind is Kind.STREAM else json_field(body, "session_hash") if body else None
+        key = self.stream_key(scope) if kind is Kind.STREAM else None
         status, answer = 500, bytearray()
 
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                if kind is Kind.JOIN and status == 200 and isinstance(key, str):
-                    self.joined(key)
+                session = joined_fields(scope).get("session_hash")  # parsed by the doors before Gradio read it
+                if kind is Kind.JOIN and status == 200 and isinstance(session, str):
+                    self.joined(session)
             elif message["type"] == "http.response.body" and kind is Kind.CALL and status == 200:
                 answer.extend(message.get("body", b""))
                 if not message.get("more_body"):
-                    called = json_field(bytes(answer), "event_id")
+                    called = event_id(bytes(answer))
                     if isinstance(called, str):
                         self.joined(called)  # before the client can read the id and ask for its stream
             await send(message)
@@ -179,6 +165,8 @@ class Operations:
             self.lifecycle.accepted()
         try:
             await self.app(scope, receive, sending)
+        except ClientDisconnect:  # the client left while its body was read: counted and logged, no traceback
+            status = CLIENT_GONE
         finally:
             if counted:
                 self.lifecycle.answered()
@@ -186,7 +174,7 @@ class Operations:
                 self.streamed(key)
         if status == 503 and kind in (Kind.JOIN, Kind.CALL):
             metrics.refused(Reason.PAGE_QUEUE_FULL)  # Gradio's queue is full (page.MAX_WAITING)
-        self.ended(method, route_of(scope), status, started, scope, page_text(body) if body else None)
+        self.ended(method, route_of(scope), status, started, scope, page_text(joined_fields(scope)))
 
     @staticmethod
     def stream_key(scope: Scope) -> str | None:

@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded:
 
     from aiayn.serve.service import TranslationService
 
-MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
 # Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
 # sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
 # switching the heatmap's head asks to translate again.
@@ -87,13 +86,13 @@ def page_with_routes(
     from aiayn.serve.page import build_app
 
     lifecycle = Lifecycle()
-    routes, middleware = operated(lifecycle, operator)
+    routes, middleware = operated(lifecycle, operator, limits)
     blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
     app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready()
     metrics.serving(metrics.models_served(service))
-    return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
+    return gr.mount_gradio_app(app, blocks, "/", max_file_size=limits.max_upload_bytes, run_history=False)
 
 
 def launch(
@@ -103,15 +102,18 @@ def launch(
     share: bool = False,
     routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> None:
     """Serve the page, and ``routes`` beside it (``api.json_route``), through ``middleware``
-    (``operations.operated``); returns once the server is up. A port in use is one clear error."""
+    (``operations.operated``); returns once the server is up. A port in use is one clear error. No run history: a
+    page for anonymous visitors keeps no saved runs, and connects no buckets."""
     try:
         app.launch(
             server_name=host,
             server_port=port,
             share=share,
-            max_file_size=MAX_UPLOAD,
+            max_file_size=limits.max_upload_bytes,
+            run_history=False,
             prevent_thread_lock=True,
             quiet=True,
             state_session_capacity=SESSIONS_KEPT,
@@ -147,7 +149,7 @@ def serve(
         print(warning, file=sys.stderr)
     check_port(host, port)
     lifecycle = Lifecycle()
-    routes, middleware = operated(lifecycle, operator)
+    routes, middleware = operated(lifecycle, operator, limits)
     with LoadingServer(lifecycle, host, port):  # answering before Gradio and ONNX Runtime are even imported
         from aiayn.serve.api import json_route
         from aiayn.serve.page import build_app
@@ -155,7 +157,7 @@ def serve(
 
         service = TranslationService(options, split_clauses)
         app = build_app(service, models, limits)
-    launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
+    launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware, limits=limits)
     lifecycle.ready()
     metrics.serving(metrics.models_served(service))
     names = ", ".join(service.models)
