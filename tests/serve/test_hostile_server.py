@@ -24,7 +24,13 @@ import pytest
 import aiayn.serve.server
 from aiayn.cli import main
 from aiayn.serve.api import PATH
-from aiayn.serve.limits import MAX_BODY_BYTES, MAX_SENTENCES_PER_REQUEST, Limits
+from aiayn.serve.limits import (
+    MAX_BODY_BYTES,
+    MAX_SENTENCES_PER_REQUEST,
+    MAX_UPLOAD_BYTES,
+    UPLOAD_FRAMING_BYTES,
+    Limits,
+)
 from aiayn.text.sentences import MAX_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,6 +232,24 @@ def test_a_join_is_bounded_before_it_is_read_and_parsed_before_gradio_reads_it(s
     status, _, answer = post(server, b'{"data": []}', path="/gradio_api/call/no_such_api_name")
     assert status == 422 and answer == {"error": "the page cannot read this request"}
     assert "Traceback" not in server.log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "limit"),
+    [
+        ("POST", "/gradio_api/upload", MAX_UPLOAD_BYTES + UPLOAD_FRAMING_BYTES),
+        ("GET", "/healthz", MAX_BODY_BYTES),
+        ("POST", "/gradio_api/call/translate", MAX_BODY_BYTES),
+    ],
+)
+def test_every_doors_body_is_refused_past_its_limit_before_it_is_read(
+    server: Any, method: str, path: str, limit: int
+) -> None:
+    with connect(server) as connection:
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {limit + 1}\r\n"
+        connection.sendall(f"{head}Content-Type: multipart/form-data; boundary=x\r\n\r\n".encode())
+        status, _, body = answer_of(connection)
+    assert (status, json.loads(body)) == (413, {"error": f"the body has {limit + 1} bytes; at most {limit}"})
 
 
 def test_a_join_in_chunks_is_cut_at_the_limit(server: Any) -> None:
