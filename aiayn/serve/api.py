@@ -20,8 +20,6 @@ Every refusal is a ``limits.Refused``, named by its ``Reason``.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -31,8 +29,9 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from aiayn.search.translator import MAX_BEAM
 from aiayn.serve import metrics
-from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
+from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused, json_of, too_large
 from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
 from aiayn.serve.service import TimedOut, TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
@@ -61,41 +60,14 @@ async def bounded_body(request: Request, limit: int) -> bytes:
     """The body of any media type, read as ``body_of`` reads it: at most ``limit`` bytes."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
-        raise Refused(Reason.TOO_LARGE, f"the body has {int(length)} bytes; at most {limit}")
+        raise too_large(limit, int(length))
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise Refused(Reason.TOO_LARGE, f"the body has more than {limit} bytes; at most {limit}")
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def json_of(body: bytes, digits: int) -> Any:
-    """The body as JSON, or ``bad_json``: not JSON (or not UTF-8), nested deeper than Python parses, a number of
-    more than ``digits`` digits (no field takes one: it is refused before Python makes it an integer, which from
-    4 301 digits it refuses itself), a non-finite number (``1e999``, ``NaN``)."""
-
-    def whole(text: str) -> int:
-        if len(text.lstrip("-")) > digits:
-            raise ValueError(f"a number of {len(text.lstrip('-'))} digits is out of range (at most {digits})")
-        return int(text)
-
-    def real(text: str) -> float:
-        number = float(text)
-        if not math.isfinite(number):
-            raise ValueError(f"the number {text[:digits]}{'…' if len(text) > digits else ''} is out of range")
-        return number
-
-    def constant(text: str) -> float:
-        raise ValueError(f"{text} is not a JSON number")
-
-    try:
-        return json.loads(body, parse_int=whole, parse_float=real, parse_constant=constant)
-    except RecursionError:
-        raise Refused(Reason.BAD_JSON, "the body is not JSON this route reads: it is nested too deep") from None
-    except ValueError as err:  # UnicodeDecodeError and json.JSONDecodeError among them
-        raise Refused(Reason.BAD_JSON, f"the body is not JSON: {err}") from None
 
 
 def parsed(
@@ -175,6 +147,73 @@ def refusal(refused: Refused, limits: Limits, unread: bool = False) -> JSONRespo
     return JSONResponse({"error": str(refused)}, status_code=refused.status, headers=headers)
 
 
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string", "description": "what was wrong, in one line"}},
+    "additionalProperties": False,
+}
+ANSWER_SCHEMA = {
+    "type": "object",
+    "required": ["translations", "details", "direction", "beam"],
+    "properties": {
+        "translations": {"type": "array", "items": {"type": "string"}},
+        "details": {"type": "array", "items": {"type": "object"}, "description": "details.py, one a translation"},
+        "direction": {"type": "string"},
+        "beam": {"type": "integer", "minimum": 1, "maximum": MAX_BEAM},
+    },
+}
+
+
+def request_schema(limits: Limits, served: list[str]) -> dict[str, Any]:
+    """The body the route reads, with its limits (the characters of all sentences together: in words alone)."""
+    direction: dict[str, Any] = {"type": "string", "description": "default: the first served direction"}
+    return {
+        "type": "object",
+        "required": ["sentences"],
+        "additionalProperties": False,
+        "properties": {
+            "sentences": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": limits.max_sentences,
+                "items": {"type": "string", "maxLength": MAX_CHARS},
+                "description": f"at most {MAX_FILE_CHARS} characters together; no lone surrogate",
+            },
+            "direction": direction | ({"enum": served} if served else {}),
+            "beam": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "maximum": MAX_BEAM,
+                "description": "the beam size; default (or null): the direction's folder's",
+            },
+        },
+    }
+
+
+def described(limits: Limits, served: list[str]) -> dict[str, Any]:
+    """The route's OpenAPI description: its body and every answer, each refusal by its status."""
+
+    def error(why: str, retry: bool = False) -> dict[str, Any]:
+        answer: dict[str, Any] = {"description": why, "content": {MEDIA_TYPE: {"schema": ERROR_SCHEMA}}}
+        header = {"description": "seconds to wait before asking again", "schema": {"type": "string"}}
+        return answer | ({"headers": {"Retry-After": header}} if retry else {})
+
+    return {
+        "responses": {
+            200: {"description": "the translations", "content": {MEDIA_TYPE: {"schema": ANSWER_SCHEMA}}},
+            400: error("not JSON, nested too deep, or a number out of range"),
+            413: error(f"a body over {limits.max_body_bytes} bytes"),
+            415: error(f"not sent as Content-Type: {MEDIA_TYPE}"),
+            422: error("a field missing, unknown or wrong, or a line the model cannot take"),
+            503: error("busy, past its time limit, or draining", retry=True),
+        },
+        "openapi_extra": {
+            "requestBody": {"required": True, "content": {MEDIA_TYPE: {"schema": request_schema(limits, served)}}}
+        },
+    }
+
+
 def past_time_of(limits: Limits) -> str:
     return f"not answered within {limits.request_timeout_s:g} s: the server is busy; try again shortly"
 
@@ -241,7 +280,8 @@ def json_route(
 
         return await answered(request, limits, body_of, answer)
 
-    return APIRoute(PATH, translate, methods=["POST"], name="translate")
+    served = list(directions(dict(service.models)))
+    return APIRoute(PATH, translate, methods=["POST"], name="translate", **described(limits, served))
 
 
 def translated(

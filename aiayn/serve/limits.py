@@ -5,8 +5,11 @@ under one stable reason, which sets the route's answer's status and names it in 
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from aiayn.serve.batching import SENTENCES_PER_SEARCH
 from aiayn.text.sentences import MAX_FILE_CHARS
@@ -22,6 +25,8 @@ MAX_WAITING_SENTENCES = 4096
 REQUEST_TIMEOUT_S = 60.0
 RETRY_AFTER_S = 10  # what a 503 asks a client to wait before it tries again (``Retry-After``)
 MAX_NUMBER_DIGITS = 18  # a JSON number's digits: every field is small; a longer one is refused before it is an int
+MAX_UPLOAD_BYTES = 2**20  # a .txt upload (Gradio's max_file_size); its text must also stay within MAX_FILE_CHARS
+UPLOAD_FRAMING_BYTES = 64 * 1024  # an upload's body beyond its file: multipart's boundaries and headers
 DOWNLOAD_MAX_AGE_S = 3600  # the page's translated files, deleted this long after they were written
 DOWNLOADS_KEPT = 500  # and at most this many of them, ...
 DOWNLOAD_BYTES_KEPT = 256 * 1024 * 1024  # ... at most this many bytes together: the oldest go first
@@ -31,7 +36,8 @@ DOWNLOAD_BYTES_KEPT = 256 * 1024 * 1024  # ... at most this many bytes together:
 class Limits:
     """The server's limits; the defaults are `aiayn serve`'s."""
 
-    max_body_bytes: int = MAX_BODY_BYTES
+    max_body_bytes: int = MAX_BODY_BYTES  # every body but an upload's, on every route (``doors.py``)
+    max_upload_bytes: int = MAX_UPLOAD_BYTES
     max_sentences: int = MAX_SENTENCES_PER_REQUEST  # per JSON request
     max_waiting: int = MAX_WAITING_SENTENCES  # sentences of the JSON route waiting or searched at once
     request_timeout_s: float = REQUEST_TIMEOUT_S  # a JSON request's, from its arrival to its answer
@@ -98,3 +104,36 @@ class Refused(ValueError):
     @property
     def status(self) -> int:
         return STATUS[self.reason]
+
+
+def too_large(limit: int, length: int | None = None) -> Refused:
+    """A body over ``limit`` bytes: by its ``Content-Length`` (``length``), or counted as it streamed."""
+    size = f"more than {limit}" if length is None else str(length)
+    return Refused(Reason.TOO_LARGE, f"the body has {size} bytes; at most {limit}")
+
+
+def json_of(body: bytes, digits: int) -> Any:
+    """The body as JSON, or ``bad_json``: not JSON (or not UTF-8), nested deeper than Python parses, a number of
+    more than ``digits`` digits (no field takes one: it is refused before Python makes it an integer, which from
+    4 301 digits it refuses itself), a non-finite number (``1e999``, ``NaN``)."""
+
+    def whole(text: str) -> int:
+        if len(text.lstrip("-")) > digits:
+            raise ValueError(f"a number of {len(text.lstrip('-'))} digits is out of range (at most {digits})")
+        return int(text)
+
+    def real(text: str) -> float:
+        number = float(text)
+        if not math.isfinite(number):
+            raise ValueError(f"the number {text[:digits]}{'…' if len(text) > digits else ''} is out of range")
+        return number
+
+    def constant(text: str) -> float:
+        raise ValueError(f"{text} is not a JSON number")
+
+    try:
+        return json.loads(body, parse_int=whole, parse_float=real, parse_constant=constant)
+    except RecursionError:
+        raise Refused(Reason.BAD_JSON, "the body is not JSON this route reads: it is nested too deep") from None
+    except ValueError as err:  # UnicodeDecodeError and json.JSONDecodeError among them
+        raise Refused(Reason.BAD_JSON, f"the body is not JSON: {err}") from None

@@ -44,7 +44,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # sentences per search: at m
 class ModelServed:
     """One served model as the info metric labels it."""
 
-    model: str  # the name it was loaded by: a bundled name or a folder
+    model: str  # its folder's name (a bundled model's is its name): never the path it was given by
     direction: str  # the API's value, ``en-de``
     engine: str
     device: str  # ONNX Runtime's execution provider
@@ -97,6 +97,11 @@ class Metrics:
             f"{PREFIX}_search_duration_seconds", "Seconds of one search", buckets=SEARCH_BUCKETS, registry=registry
         )
         self.refusals = Counter(f"{PREFIX}_refusals", "Requests refused, by reason", ["reason"], registry=registry)
+        self.log_dropped = Counter(
+            f"{PREFIX}_access_log_dropped",
+            "Access log lines dropped: the log's stream stalled and its queue was full",
+            registry=registry,
+        )
         self.models = Info(
             f"{PREFIX}_model", "A model served: its engine, device and weights", ["model"], registry=registry
         )
@@ -147,6 +152,12 @@ def refused(reason: str) -> None:
         m.child(m.refusals, reason).inc()
 
 
+def log_dropped() -> None:
+    """An access log line dropped (``access_log.py``)."""
+    if (m := RECORDER.metrics) is not None:
+        m.log_dropped.inc()
+
+
 def translated(direction: str, lines: Iterable[Details]) -> None:
     """The lines of one translated request, in ``direction`` (``en-de``)."""
     if (m := RECORDER.metrics) is not None:
@@ -195,6 +206,6 @@ def models_served(service: TranslationService) -> list[ModelServed]:
 
     variant = service.options.variant
     return [
-        ModelServed(d.name, d.value, d.model.engine.name, d.model.provider, variant)
+        ModelServed(d.model.folder.path.name, d.value, d.model.engine.name, d.model.provider, variant)
         for d in directions(dict(service.models)).values()
     ]

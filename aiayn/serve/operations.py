@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -22,25 +21,26 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 
 from aiayn.serve import metrics
 from aiayn.serve.access_log import AccessLine, AccessLog
+from aiayn.serve.doors import JOIN_GATE, ASGIApp, Doors, Message, Receive, Scope, Send, joined_fields
 from aiayn.serve.downloads import BoundedUploads
 from aiayn.serve.drain import GRACE_S, Lifecycle, PageWork
 from aiayn.serve.health import PATHS as HEALTH_PATHS
 from aiayn.serve.health import health_routes, unavailable
-from aiayn.serve.limits import MAX_BODY_BYTES, Reason
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from aiayn.serve.limits import DEFAULT_LIMITS, MAX_BODY_BYTES, Limits, Reason, Refused
+from aiayn.serve.openapi import PATH as OPENAPI_PATH
+from aiayn.serve.openapi import openapi_route
 
 GRADIO_API = "/gradio_api"
 JSON_DOORS = "/v1/"  # the JSON route's (api.PATH) and those added beside it: the work a drain waits for
-OPS_PATHS = (*HEALTH_PATHS, metrics.PATH)
+# The status a request whose client left before its answer is counted and logged with (nginx's, where a client
+# closes its request): never a traceback in the server's log.
+CLIENT_GONE = 499
+OPS_PATHS = (*HEALTH_PATHS, metrics.PATH, OPENAPI_PATH)
 DRAINING = "draining: this server is stopping; ask again (another replica, or this one restarted)"
 
 
@@ -60,7 +60,7 @@ DEFAULT_OPERATOR = OperatorOptions()
 
 
 class Kind(Enum):
-    OPS = "ops"  # health and metrics: never refused, never counted as work
+    OPS = "ops"  # health, metrics and the OpenAPI document: never refused, never counted as work
     JOIN = "join"  # a page request joining Gradio's queue, keyed by its session
     CALL = "call"  # a page request joining Gradio's queue by its API name, keyed by the event id answered
     STREAM = "stream"  # a page request's answer
@@ -70,14 +70,21 @@ class Kind(Enum):
     WORK = "work"  # anything else (an upload, its progress, the page's assets): refused while draining, not waited for
 
 
-def operated(lifecycle: Lifecycle, options: OperatorOptions) -> tuple[list[BaseRoute], list[Middleware]]:
-    """The health routes and ``/metrics`` (unless turned off), and the middleware, for the page server's app: the
-    operations', and the API keys' gate inside it where ``options`` has keys."""
-    routes: list[BaseRoute] = list(health_routes(lifecycle))
+def operated(
+    lifecycle: Lifecycle, options: OperatorOptions, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[BaseRoute], list[Middleware]]:
+    """The OpenAPI document, the health routes and ``/metrics`` (unless turned off), and the middleware, for the
+    page server's app: this module's outside (a request refused by the doors is counted and logged too), the
+    doors' (``doors.py``) inside it, and the API keys' gate inside those where ``options`` has keys."""
+    routes: list[BaseRoute] = [openapi_route(), *health_routes(lifecycle)]
     if options.metrics:
         routes.append(metrics.metrics_route(metrics.enable()))
     log = AccessLog(options.access_log, options.log_text) if options.access_log is not None else None
-    middleware = [Middleware(Operations, lifecycle=lifecycle, log=log), Middleware(BoundedUploads)]
+    middleware = [
+        Middleware(Operations, lifecycle=lifecycle, log=log),
+        Middleware(Doors, limits=limits),
+        Middleware(BoundedUploads),
+    ]
     if options.api_keys is not None:  # inside the operations: its refusals are counted and logged as any answer
         from aiayn.serve.api_keys import KeyGate, read_keys  # the JSON route's reading, the service behind it
 
@@ -107,35 +114,19 @@ def kind_of(method: str, path: str) -> Kind:
     return Kind.WORK
 
 
-async def read_body(receive: Receive) -> tuple[bytes, Receive]:
-    """A request's body (a page join's: small), and a ``receive`` that hands it to the app again."""
-    messages = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request" or not message.get("more_body"):
-            break
-    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-    replay = iter(messages)
-
-    async def replayed() -> Message:
-        return next(replay, None) or await receive()
-
-    return body, replayed
+def page_text(request: dict[str, Any]) -> list[str] | None:
+    """The text a page request sent (the first of its inputs), for ``--log-text``."""
+    data = request.get("data")
+    return [data[0]] if isinstance(data, list) and data and isinstance(data[0], str) else None
 
 
-def json_field(body: bytes, name: str) -> Any:
+def event_id(answer: bytes) -> Any:
+    """The event id of an API join's answer (``{"event_id": ...}``), or None."""
     try:
-        found = json.loads(body)
+        found = json.loads(answer)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return found.get(name) if isinstance(found, dict) else None
-
-
-def page_text(body: bytes) -> list[str] | None:
-    """The text a page request sent (the first of its inputs), for ``--log-text``."""
-    data = json_field(body, "data")
-    return [data[0]] if isinstance(data, list) and data and isinstance(data[0], str) else None
+    return found.get("event_id") if isinstance(found, dict) else None
 
 
 def route_of(scope: Scope) -> str:
@@ -161,32 +152,33 @@ class Operations:
         started = time.perf_counter()
         method, path = scope["method"], scope["path"]
         kind = kind_of(method, path)
-        body = b""
-        if kind is Kind.JOIN or (kind is Kind.CALL and self.log is not None and self.log.with_text):
-            body, receive = await read_body(receive)
-        key = self.stream_key(scope) if kind is Kind.STREAM else json_field(body, "session_hash") if body else None
-        if self.lifecycle.draining and not self.admitted_while_draining(kind, key, body):
-            metrics.refused(Reason.DRAINING)
-            await unavailable(DRAINING)(scope, receive, send)
-            self.ended(method, "(draining)", 503, started, scope)
-            return
+        key = self.stream_key(scope) if kind is Kind.STREAM else None
+        scope.setdefault("state", {})  # where the JSON route says its sentences (the same dict the app's Request sees)
+        if self.lifecycle.draining:
+            if kind is Kind.JOIN:  # decided once the doors have read its session and event (``joined_fields``)
+                scope["state"][JOIN_GATE] = self.join_admitted_while_draining
+            elif kind not in (Kind.OPS, Kind.STREAM, Kind.FILE):
+                metrics.refused(Reason.DRAINING)
+                await unavailable(DRAINING)(scope, receive, send)
+                self.ended(method, "(draining)", 503, started, scope)
+                return
         status, answer = 500, bytearray()
 
         async def sending(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                if kind is Kind.JOIN and status == 200 and isinstance(key, str):
-                    self.pages.joined(key)
+                session = joined_fields(scope).get("session_hash")  # parsed by the doors before Gradio read it
+                if kind is Kind.JOIN and status == 200 and isinstance(session, str):
+                    self.pages.joined(session)
             elif message["type"] == "http.response.body" and kind is Kind.CALL and status == 200:
                 answer.extend(message.get("body", b""))
                 if not message.get("more_body"):
-                    called = json_field(bytes(answer), "event_id")
+                    called = event_id(bytes(answer))
                     if isinstance(called, str):
                         self.pages.joined(called)  # before the client can read the id and ask for its stream
             await send(message)
 
-        scope.setdefault("state", {})  # where the JSON route says its sentences (the same dict the app's Request sees)
         counted = kind in (Kind.JSON, Kind.JOIN, Kind.CALL)  # never a client's pace: an upload, a download
         if counted:
             self.lifecycle.accepted()
@@ -194,6 +186,8 @@ class Operations:
             self.pages.stream_opened(key)
         try:
             await self.app(scope, receive, sending)
+        except ClientDisconnect:  # the client left while its body was read: counted and logged, no traceback
+            status = CLIENT_GONE
         finally:
             if counted:
                 self.lifecycle.answered()
@@ -201,7 +195,7 @@ class Operations:
                 self.pages.stream_closed(key)
         if status == 503 and kind in (Kind.JOIN, Kind.CALL):
             metrics.refused(Reason.PAGE_QUEUE_FULL)  # Gradio's queue is full (page.MAX_WAITING)
-        self.ended(method, route_of(scope), status, started, scope, page_text(body) if body else None)
+        self.ended(method, route_of(scope), status, started, scope, page_text(joined_fields(scope)))
 
     @staticmethod
     def stream_key(scope: Scope) -> str | None:
@@ -210,12 +204,12 @@ class Operations:
             return hashes[0] if hashes else None
         return str(scope["path"].rstrip("/").rsplit("/", 1)[-1])
 
-    def admitted_while_draining(self, kind: Kind, key: object, body: bytes) -> bool:
-        """Health and metrics, the answers' streams and the files they name, and an accepted request's follow-up
-        events (``drain.PageWork``); nothing else."""
-        if kind in (Kind.OPS, Kind.STREAM, Kind.FILE):
-            return True
-        return kind is Kind.JOIN and self.pages.admits_while_draining(key, json_field(body, "fn_index"))
+    def join_admitted_while_draining(self, request: dict[str, Any]) -> None:
+        """While draining, only an accepted request's follow-up events join (``drain.PageWork``); other joins are
+        refused as every other new request is (health and metrics, the answers' streams and the files they name
+        still answer)."""
+        if not self.pages.admits_while_draining(request.get("session_hash"), request.get("fn_index")):
+            raise Refused(Reason.DRAINING, DRAINING)
 
     def ended(
         self, method: str, route: str, status: int, started: float, scope: Scope, text: list[str] | None = None

@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # imported by ``serve`` once the process's memory is bounded:
     from aiayn.serve.drain import Lifecycle
     from aiayn.serve.service import TranslationService
 
-MAX_UPLOAD = "1mb"  # a .txt upload; its text must also stay within MAX_FILE_CHARS
 # Gradio keeps a copy of every component's config per visitor session (~40 KB here), by default for 10 000
 # sessions (~400 MB); the oldest beyond this many are dropped. A dropped visitor's page still translates; only
 # switching the heatmap's head asks to translate again.
@@ -99,14 +98,16 @@ def page_with_routes(
     from aiayn.serve.page import build_app
 
     lifecycle = lifecycle or Lifecycle()
-    routes, middleware = operated(lifecycle, operator)
+    routes, middleware = operated(lifecycle, operator, limits)
     blocks = build_app(service, models, limits)
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
     lifecycle.follow_ups = follow_up_events(blocks)
     app = FastAPI(routes=[*json_doors(service, limits), *routes], middleware=middleware)
     lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
-    return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD, mcp_server=mcp)
+    return gr.mount_gradio_app(
+        app, blocks, "/", max_file_size=limits.max_upload_bytes, mcp_server=mcp, run_history=False
+    )
 
 
 def check_mcp() -> None:
@@ -124,17 +125,20 @@ def launch(
     share: bool = False,
     routes: Sequence[BaseRoute] = (),
     middleware: Sequence[Middleware] = (),
+    limits: Limits = DEFAULT_LIMITS,
     mcp: bool = False,
 ) -> None:
     """Serve the page, and ``routes`` beside it (``libretranslate.json_doors``), through ``middleware``
     (``operations.operated``), and with ``mcp`` the page's events as MCP tools; returns once the server is up. A
-    port in use is one clear error."""
+    port in use is one clear error. No run history: a page for anonymous visitors keeps no saved runs, and
+    connects no buckets."""
     try:
         app.launch(
             server_name=host,
             server_port=port,
             share=share,
-            max_file_size=MAX_UPLOAD,
+            max_file_size=limits.max_upload_bytes,
+            run_history=False,
             prevent_thread_lock=True,
             quiet=True,
             state_session_capacity=SESSIONS_KEPT,
@@ -175,7 +179,7 @@ def serve(
     if mcp:
         check_mcp()
     lifecycle = Lifecycle()
-    routes, middleware = operated(lifecycle, operator)
+    routes, middleware = operated(lifecycle, operator, limits)
     with LoadingServer(lifecycle, host, port):  # answering before Gradio and ONNX Runtime are even imported
         from aiayn.serve.libretranslate import json_doors
         from aiayn.serve.page import build_app
@@ -184,7 +188,10 @@ def serve(
         service = TranslationService(options, split_clauses)
         app = build_app(service, models, limits)
     lifecycle.follow_ups = follow_up_events(app)
-    launch(app, host, port, share, routes=[*json_doors(service, limits), *routes], middleware=middleware, mcp=mcp)
+    launch(
+        app, host, port, share, routes=[*json_doors(service, limits), *routes], middleware=middleware, limits=limits,
+        mcp=mcp,
+    )
     lifecycle.ready(functools.partial(unhealthy_because, service))
     metrics.serving(metrics.models_served(service))
     names = ", ".join(service.models)

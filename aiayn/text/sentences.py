@@ -17,6 +17,9 @@ OPENING = "\"'‘“„«(["
 # and record separators, NEL, U+2028, U+2029): inside a line they are white space, so one line stays one line.
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 OTHER_BREAKS = re.compile("[\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+# A code point of a UTF-16 surrogate pair, alone in a Python string (JSON's "\ud800" gives one): not text, and no
+# encoding, UTF-8 first, can write it.
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class InputTooLong(ValueError):
@@ -32,11 +35,19 @@ class Layout:
 
 
 def check_length(text: str, limit: int = MAX_CHARS, what: str = "the text") -> None:
+    """What every request's text must be, one rule for the page, its API and the JSON route: at most ``limit``
+    characters, and Unicode text (no lone surrogate)."""
     if len(text) > limit:
         upload = f"upload it as a .txt file (up to {MAX_FILE_CHARS} characters), " if limit < MAX_FILE_CHARS else ""
         raise InputTooLong(
             f"{what} has {len(text)} characters; at most {limit} are translated per request here — "
             f"split it, {upload}or translate a file of any size with `aiayn translate --input FILE`"
+        )
+    lone = SURROGATE.search(text)
+    if lone is not None:
+        raise ValueError(
+            f"{what} is not Unicode text: character {lone.start() + 1} is a lone surrogate "
+            f"(U+{ord(lone.group()):04X}), which no encoding can write"
         )
 
 

@@ -11,6 +11,8 @@ from playwright.sync_api import Browser, Page, expect
 
 from aiayn.bench.web import CHROMIUM, chromium
 from aiayn.engines.options import EngineOptions
+from aiayn.serve.drain import Lifecycle
+from aiayn.serve.operations import OperatorOptions, operated
 from aiayn.serve.page import build_app, examples_for
 from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
@@ -30,11 +32,15 @@ def service(bundled: dict[str, Path]) -> TranslationService:
 
 @pytest.fixture(scope="module")
 def page_url(service: TranslationService) -> Iterator[str]:
+    """The page behind the server's doors (``doors.py``): whatever it asks for, the allowlist must let through."""
     app = build_app(service)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    launch(app, port=port)
+    lifecycle = Lifecycle()
+    routes, middleware = operated(lifecycle, OperatorOptions(metrics=False, access_log=None))
+    launch(app, port=port, routes=routes, middleware=middleware)
+    lifecycle.ready()
     yield f"http://127.0.0.1:{port}/"
     app.close()
 
@@ -49,11 +55,14 @@ def browser() -> Iterator[Browser]:
 def page(browser: Browser, page_url: str) -> Iterator[Page]:
     page = browser.new_page(viewport={"width": 1280, "height": 1400})
     page.set_default_timeout(TIMEOUT_MS)
+    refused: list[tuple[int, str]] = []  # what the server's doors, or Gradio, refused the page
+    page.on("response", lambda answer: refused.append((answer.status, answer.url)) if answer.status >= 400 else None)
     # Not "networkidle": the page keeps a heartbeat connection open for its session state.
     page.goto(page_url, wait_until="load")
     page.locator("#translate-button").wait_for()
     yield page
     page.close()
+    assert refused == []
 
 
 def translate_on_page(page: Page, text: str) -> None:

@@ -1,13 +1,19 @@
 """The page against a hostile or careless visitor, its handlers called as Gradio calls them (over fakes of the
 service): whatever one request of a batch raises is that request's refusal line and its batch-mates are answered;
 an upload is read only from Gradio's upload folder; translated files are deleted after their hour and kept to a
-bound; `app.py`, the repository's and an exported Space's, listens on every interface only where Spaces runs it."""
+bound; `app.py`, the repository's and an exported Space's, listens on every interface only where Spaces runs it; a
+lone surrogate is refused where text is checked; the access log keeps a line a request, whatever the text, and never
+waits on its stream."""
 
 from __future__ import annotations
 
 import gc
+import io
+import json
 import os
 import runpy
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,7 @@ import aiayn.serve.page
 import aiayn.serve.server
 from aiayn.export.space import APP
 from aiayn.serve import metrics
+from aiayn.serve.access_log import LINE_BREAKS, QUEUED_LINES, AccessLine, AccessLog
 from aiayn.serve.downloads import PREFIX, Downloads
 from aiayn.serve.limits import Limits
 from aiayn.serve.page import Handlers
@@ -208,3 +215,48 @@ def test_app_py_listens_on_every_interface_only_where_spaces_runs_it(
         runpy.run_path(str(app), run_name="__main__")
     assert asked == [host, host]
     assert os.environ.get("SPACE_ID") == environ.get("SPACE_ID")
+
+
+def test_a_lone_surrogate_is_the_requests_refusal_on_the_page() -> None:
+    texts, statuses = handlers(Fragile()).translate(["A dog \ud800.", "A cat."], ["en-de", "en-de"], [4, 4])
+    assert texts == ["", "A CAT."]
+    assert statuses[0] == (
+        "not translated: the text is not Unicode text: character 7 is a lone surrogate (U+D800), "
+        "which no encoding can write"
+    )
+
+
+def test_every_line_break_is_escaped_in_the_access_logs_text() -> None:
+    every = "".join(chr(c) for c in range(sys.maxunicode + 1) if len(f"a{chr(c)}b".splitlines()) > 1)
+    assert sorted(LINE_BREAKS) == sorted(every)  # str.splitlines' own list: \n, \r, \v, \f, \x1c-\x1e, NEL, U+2028/9
+    text = ["one" + "".join(f"{ch}x" for ch in every) + " \ud800 end"]
+    for format in ("text", "json"):
+        log = AccessLog(format, with_text=True, out=(out := io.StringIO()))
+        log.write(AccessLine("POST", "/v1/translate", 200, 1.0, 1, text))
+        assert log.flush()
+        (line,) = out.getvalue().splitlines()
+        assert line.endswith('end"]' if format == "text" else 'end"]}')
+        if format == "json":
+            assert json.loads(line)["text"] == text  # JSON's escapes read back as the very text
+
+
+def test_the_access_log_never_waits_on_a_stalled_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics.RECORDER, "metrics", counted := metrics.Metrics())
+    read_end, write_end = os.pipe()  # nobody reads: once the pipe's buffer is full, a write blocks
+    stalled = os.fdopen(write_end, "w")
+    try:
+        log = AccessLog("text", out=stalled)
+        line = AccessLine("GET", "/healthz", 200, 1.0, None, None)
+        done = threading.Event()
+
+        def requests() -> None:
+            for _ in range(QUEUED_LINES + 5000):  # many times the pipe's buffer, and more than the queue holds
+                log.write(line)
+            done.set()
+
+        threading.Thread(target=requests, daemon=True).start()
+        assert done.wait(timeout=60)  # with the writes on the caller's thread, the first full buffer blocks it
+        dropped = counted.registry.get_sample_value("aiayn_access_log_dropped_total")
+        assert dropped is not None and dropped > 0  # beyond the queue's bound: dropped and counted
+    finally:
+        os.close(read_end)

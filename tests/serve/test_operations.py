@@ -27,11 +27,12 @@ from aiayn.bench.crowd import Connection, CrowdRow, HttpError, ask_page, crowd, 
 from aiayn.bench.serving import free_port
 from aiayn.engines.options import EngineOptions
 from aiayn.serve import metrics
-from aiayn.serve.access_log import AccessLog
+from aiayn.serve.access_log import AccessLine, AccessLog
 from aiayn.serve.api import json_route
+from aiayn.serve.doors import Message, Receive, Scope, Send
 from aiayn.serve.drain import Lifecycle
 from aiayn.serve.health import health_routes
-from aiayn.serve.operations import Message, Operations, Receive, Scope, Send
+from aiayn.serve.operations import Operations
 from aiayn.serve.page import FALLBACK_EXAMPLES, build_app
 from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
@@ -190,17 +191,18 @@ async def page_answer(port: int, sentence: str) -> str:
 
 
 def test_the_access_log_has_the_users_text_only_when_asked() -> None:
-    from aiayn.serve.access_log import AccessLine
-
     line = AccessLine("POST", "/v1/translate", 200, 12.34, 1, ["Zwei Hunde."])
-    hidden, shown = io.StringIO(), io.StringIO()
-    AccessLog("text", out=hidden).write(line)
-    AccessLog("text", with_text=True, out=shown).write(line)
-    assert hidden.getvalue().endswith(" POST /v1/translate 200 sentences=1 ms=12.3\n")
-    assert shown.getvalue().endswith(' ms=12.3 text=["Zwei Hunde."]\n')
-    as_json = io.StringIO()
-    AccessLog("json", with_text=True, out=as_json).write(line)
-    assert json.loads(as_json.getvalue())["text"] == ["Zwei Hunde."]
+    assert written(AccessLog("text"), line).endswith(" POST /v1/translate 200 sentences=1 ms=12.3\n")
+    assert written(AccessLog("text", with_text=True), line).endswith(' ms=12.3 text=["Zwei Hunde."]\n')
+    assert json.loads(written(AccessLog("json", with_text=True), line))["text"] == ["Zwei Hunde."]
+
+
+def written(log: AccessLog, line: AccessLine) -> str:
+    """What ``log`` writes of ``line``, once its thread has written it."""
+    log.out = out = io.StringIO()
+    log.write(line)
+    assert log.flush()
+    return out.getvalue()
 
 
 def test_the_docs_kubernetes_probes_and_prometheus_scrape_name_what_the_server_serves() -> None:
