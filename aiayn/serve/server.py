@@ -85,6 +85,7 @@ def page_with_routes(
     from aiayn.serve.drain import Lifecycle
     from aiayn.serve.operations import operated
     from aiayn.serve.page import build_app
+    from aiayn.serve.requests import models_served
 
     lifecycle = Lifecycle()
     routes, middleware = operated(lifecycle, operator)
@@ -92,7 +93,7 @@ def page_with_routes(
     blocks.state_session_capacity = SESSIONS_KEPT  # launch's state_session_capacity, which mount_gradio_app lacks
     app = FastAPI(routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready()
-    metrics.serving(metrics.models_served(service))
+    metrics.serving(models_served(service))
     return gr.mount_gradio_app(app, blocks, "/", max_file_size=MAX_UPLOAD)
 
 
@@ -151,13 +152,14 @@ def serve(
     with LoadingServer(lifecycle, host, port):  # answering before Gradio and ONNX Runtime are even imported
         from aiayn.serve.api import json_route
         from aiayn.serve.page import build_app
+        from aiayn.serve.requests import models_served
         from aiayn.serve.service import TranslationService
 
         service = TranslationService(options, split_clauses)
         app = build_app(service, models, limits)
     launch(app, host, port, share, routes=[json_route(service, limits), *routes], middleware=middleware)
     lifecycle.ready()
-    metrics.serving(metrics.models_served(service))
+    metrics.serving(models_served(service))
     names = ", ".join(service.models)
     first = next(iter(service.models.values()))
     public = f" and {app.share_url}" if app.share_url else ""
