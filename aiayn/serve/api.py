@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from aiayn.serve import metrics
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
-from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
+from aiayn.serve.requests import BadRequest, Direction, beam_of, check_work, direction_of, directions
 from aiayn.serve.service import TimedOut, TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
@@ -114,6 +114,7 @@ def parsed(
     try:
         direction = direction_of(served, request.get("direction", next(iter(served))))
         beam = beam_of(request.get("beam"))
+        check_work(sentences, direction, limits.max_sentences, "sentences")  # the work, once split
     except BadRequest as err:
         raise bad_field(str(err)) from None
     return sentences, direction, direction.model.search.beam_size if beam is None else beam
