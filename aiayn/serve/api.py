@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from aiayn.serve import metrics
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
-from aiayn.serve.requests import BadRequest, Direction, beam_of, check_work, direction_of, directions
+from aiayn.serve.requests import BadRequest, Direction, beam_of, check_work, direction_of, directions, work_of
 from aiayn.serve.service import TimedOut, TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
@@ -174,7 +174,8 @@ def json_route(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
         try:
             sentences, direction, beam = parsed(body, served, limits)
             request.state.sentences, request.state.text = len(sentences), sentences  # the access log's
-            waiting.admit(len(sentences))
+            work = work_of(sentences, direction.model.config.src_lang)  # what waits: sentences once split
+            waiting.admit(work)
         except Refused as refused:
             return refusal(refused, limits)
         try:
@@ -182,7 +183,7 @@ def json_route(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
         except Refused as refused:
             return refusal(refused, limits)
         finally:
-            waiting.leave(len(sentences))
+            waiting.leave(work)
         return JSONResponse(answer)
 
     return APIRoute(PATH, translate, methods=["POST"], name="translate")
