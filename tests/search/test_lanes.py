@@ -142,11 +142,13 @@ class NoEngine:
 
 
 def test_a_lone_search_fills_every_idle_lane_and_one_under_load_stays_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    lanes, searched = Lanes(2), []
+    lanes, searched, both = Lanes(2), [], threading.Barrier(2, timeout=30)
     monkeypatch.setattr(aiayn.search.translator, "lanes_of", lambda count: lanes)
 
     def search(engine: object, src: np.ndarray, max_len: object, min_len: int) -> list[Output]:
         searched.append((len(src), threading.current_thread().name))
+        if len(src) < 8:
+            both.wait()  # the halves are searched at once, one in each lane (else the barrier breaks)
         return [Output([int(row[0])], 0.0, True, [0.0]) for row in src]
 
     monkeypatch.setattr(aiayn.search.translator, "greedy_search", search)
@@ -155,6 +157,7 @@ def test_a_lone_search_fills_every_idle_lane_and_one_under_load_stays_whole(monk
     alone = translator.outputs(ids, SearchSettings(1))
     assert [o.tokens for o in alone] == [[i + 1] for i in range(8)]
     assert sorted(n for n, _ in searched) == [4, 4]  # one length batch of 8, halved: both idle lanes take it
+    assert len({lane for _, lane in searched}) == 2
     order, started, gate = [], threading.Semaphore(0), threading.Event()
     busy = lanes.run([held(order, f"other {i}", started, gate) for i in range(2)])  # others' searches hold both
     for _ in range(2):
