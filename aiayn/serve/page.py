@@ -34,7 +34,7 @@ from aiayn.serve.requests import (
 )
 from aiayn.serve.service import Attention, LoadedModel, Result, TimedOut, TranslationService
 from aiayn.serve.status import refused_line, status_line
-from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
+from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 # The page's translate event is batched: Gradio hands its handler up to BATCH_SIZE waiting requests at once, and
 # their searches run together in the batcher's worker threads (``batching.py``); Gradio's own work per request
@@ -215,6 +215,7 @@ class Handlers:
             file = uploaded(path)
             chosen, beam = direction_of(self.served, direction), beam_of(beam_size)
             text = read_upload(file)
+            check_length(text, MAX_FILE_CHARS, "the file")  # what was read, before what it would cost to search
             check_work([text], chosen, self.limits.max_file_sentences, "the file")
             translated = self.service.translate_file(text, chosen.name, beam, self.limits.request_timeout_s)
             return str(self.downloads.write(f"{file.stem}.{'-'.join(chosen.pair)}.txt", translated + "\n"))
