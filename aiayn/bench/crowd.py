@@ -335,6 +335,20 @@ def measure_crowds(model: str, sentences: list[str], visitors: tuple[int, ...] =
     return ServeBench(rss_ready, rows, json_row, floor, cli, operations)
 
 
+def measure_json_route(model: str, sentences: list[str]) -> tuple[JsonRow, CliRow]:
+    """`aiayn bench --serve --quick`: only the JSON route's one client against `aiayn translate --input` on the same
+    lines, in the same run (the lanes' goal: ≥ 0.8×), without the crowds."""
+    from aiayn.serve.requests import pair_value
+
+    direction = pair_value(ModelFolder.open(model))
+    sample = sentences[:SENTENCES]
+    serve = ["aiayn.cli", "serve", "--model", model, "--port", "{port}", "--device", "cpu"]
+    with server_process(serve) as (port, server):
+        alone = asyncio.run(one_at_a_time(port, sample, direction))
+        json_row = asyncio.run(json_route(port, server.pid, sample, alone, direction))
+    return json_row, measure_cli(model, [line for batch in json_batches(sample) for line in batch], alone)
+
+
 def measure_operations(
     serve: list[str], visitors: int, sentences: list[str], alone: dict[str, str], direction: str
 ) -> OperationsCost:
@@ -366,20 +380,26 @@ def serve_report(bench: ServeBench) -> str:
             f"| {'yes' if r.identical else 'NO'} |"
         )
     page = next(r for r in bench.rows if r.visitors == bench.floor.visitors)
-    j, cli = bench.json_row, bench.cli
     lines += [
         f"the page against Gradio's floor (the same API answering at once) at {page.visitors} visitors: "
         f"{page.answered_per_s / bench.floor.answered_per_s:.2f}× its answers/s (goal ≥ 0.5×), "
         f"{page.server_cpu_ms / bench.floor.server_cpu_ms:.2f}× its server CPU per answer (goal ≤ 2.5×)",
+        *json_route_lines(bench.json_row, bench.cli),
+        operations_line(bench.operations),
+    ]
+    return "\n".join(lines)
+
+
+def json_route_lines(j: JsonRow, cli: CliRow) -> list[str]:
+    """The JSON route's one client against `aiayn translate --input` on the same lines."""
+    return [
         f"JSON route, one client over HTTP in another process, {JSON_BATCHES} batches of {JSON_BATCH} sentences, "
         f"beam {BEAM}: {j.sentences_per_s:.0f} sentences/s, server CPU {j.server_cpu_ms:.1f} ms per sentence, "
         f"identical to alone: {'yes' if j.identical else 'NO'}",
         f"`aiayn translate --input` on the same {cli.sentences} lines: {cli.sentences_per_s:.0f} sentences/s "
         f"(its start-up, a one-line file's run, taken out), identical: {'yes' if cli.identical else 'NO'}; "
         f"the JSON route at {j.sentences_per_s / cli.sentences_per_s:.2f}× it (goal ≥ 0.8×)",
-        operations_line(bench.operations),
     ]
-    return "\n".join(lines)
 
 
 def operations_line(cost: OperationsCost) -> str:

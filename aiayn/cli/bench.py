@@ -27,9 +27,12 @@ def split_of(folder: ModelFolder, args: argparse.Namespace, split: str = "test_2
 
 
 def bench_serve(folder: ModelFolder, args: argparse.Namespace) -> str:
-    from aiayn.bench.crowd import measure_crowds, serve_report
+    from aiayn.bench.crowd import json_route_lines, measure_crowds, measure_json_route, serve_report
 
-    return serve_report(measure_crowds(args.model, split_of(folder, args).src))
+    sentences = split_of(folder, args).src
+    if args.quick:
+        return "\n".join(json_route_lines(*measure_json_route(args.model, sentences)))
+    return serve_report(measure_crowds(args.model, sentences))
 
 
 def bench_ray(folder: ModelFolder, args: argparse.Namespace) -> str:
@@ -238,7 +241,8 @@ def add_mode_flags(p: argparse.ArgumentParser) -> None:
         "--serve",
         action="store_true",
         help="`aiayn serve` under a crowd: 16, 100, 200 and 500 visitors at once through the page's API "
-        "(answered/s, refused, p50/p90, server CPU per answer, RSS), and the JSON route's sentences/s",
+        "(answered/s, refused, p50/p90, server CPU per answer, RSS), and the JSON route's sentences/s against "
+        "`aiayn translate --input`'s (--quick: only that)",
     )
     p.add_argument(
         "--ray",

@@ -313,8 +313,8 @@ def add_limit_flags(p: argparse.ArgumentParser) -> None:
         type=seconds,
         default=REQUEST_TIMEOUT_S,
         metavar="SECONDS",
-        help="a POST /v1/translate request not answered within this time is answered 503, and its sentences not "
-        "yet searched are dropped",
+        help="a POST /v1/translate request not answered within this time is answered 503, a page request gets its "
+        "`not translated` line, and their sentences not yet searched are dropped",
     )
 
 

@@ -2,18 +2,23 @@
 
 Lanes: an engine that runs several searches at once on one copy of its weights (ONNX Runtime's ``run``
 releases the GIL; each batch binds its own buffers) takes ``lanes`` length batches at a time, one per
-thread. A large batch is cut where that lightens the busiest lane (``split_for_lanes``): a sentence's search does not
-depend on the sentences batched with it, so the outputs do not depend on the number of lanes.
+thread (``Lanes``). The lanes are shared fairly and used fully: a search alone has its batches cut where that
+lightens the busiest of the lanes idle at its start (``split_for_lanes``), so a lone request fills every idle lane;
+and the lanes take the waiting batches of every search in turn, one batch of each search at a time, so a search
+of many batches (a long file) holds no more than its share while another's caption waits. A sentence's search does
+not depend on the sentences batched with it, so the outputs do not depend on the lanes, their number or their turns.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from functools import cache
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -25,6 +30,8 @@ from aiayn.search.step import StepModel
 # A length batch holds at most this many sentences and this many padded source tokens.
 LENGTH_BATCH_SENTENCES, LENGTH_BATCH_TOKENS = 64, 4096
 
+
+T = TypeVar("T")
 
 MAX_BEAM = 8  # the widest beam a user may ask for: the page's slider, --beam, the JSON route
 SHOWN_CHARS = 40  # of a refused value in its message
@@ -167,16 +174,79 @@ def lighter_cut(batches: list[list[int]], busiest: int, lanes: int) -> list[list
     return None
 
 
-@cache
-def lanes_pool(lanes: int) -> ThreadPoolExecutor:
-    """The process's ``lanes`` lanes, shared by every translator (a page serving two models, its batcher's workers):
-    the lanes are the cores, so at most ``lanes`` searches run at once however many models and callers there are."""
-    return ThreadPoolExecutor(lanes, thread_name_prefix="aiayn-lane")
+class Lanes:
+    """``count`` threads that search length batches: the batches of every search waiting are taken in turn, one of
+    each search at a time (round-robin), a search with batches left going to the back of the line. A caption's
+    single batch thus waits for at most one batch of each search ahead of it, never for a whole file's."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.turns: deque[deque[Callable[[], None]]] = deque()  # each search's batches not yet started, in turn
+        self.busy = 0  # lanes searching a batch now
+        self.changed = threading.Condition()
+        self.threads: list[threading.Thread] = []
+
+    def idle(self) -> int:
+        """The lanes a search started now would find free: none busy and no batch waiting for them."""
+        with self.changed:
+            return max(0, self.count - self.busy - sum(map(len, self.turns)))
+
+    def run(self, batches: Sequence[Callable[[], T]]) -> list[Future[T]]:
+        """Each of one search's ``batches`` searched when its turn comes; a future per batch, in order (a
+        cancelled future's batch is skipped)."""
+        futures: list[Future[T]] = [Future() for _ in batches]
+        if not batches:
+            return futures
+        with self.changed:
+            self.turns.append(deque(settled(future, batch) for future, batch in zip(futures, batches, strict=True)))
+            while len(self.threads) < self.count:
+                thread = threading.Thread(target=self.serve, name=f"aiayn-lane_{len(self.threads)}", daemon=True)
+                thread.start()
+                self.threads.append(thread)
+            self.changed.notify(len(batches))
+        return futures
+
+    def serve(self) -> None:
+        while True:
+            with self.changed:
+                while not self.turns:
+                    self.changed.wait()
+                waiting = self.turns.popleft()
+                batch = waiting.popleft()
+                if waiting:
+                    self.turns.append(waiting)  # its next batch after one of every other search's
+                self.busy += 1
+            try:
+                batch()
+            finally:
+                with self.changed:
+                    self.busy -= 1
 
 
-# A pool's threads do not survive a fork: a process forked after a search (a server's worker, a test runner's)
-# makes its own pool (each search asks for it) instead of waiting forever on the parent's.
-os.register_at_fork(after_in_child=lanes_pool.cache_clear)
+def settled(future: Future[T], batch: Callable[[], T]) -> Callable[[], None]:
+    """``batch`` run into ``future``, unless the future was cancelled before its turn."""
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(batch())
+        except BaseException as err:  # handed to the waiting caller, which raises it in its own thread
+            future.set_exception(err)
+
+    return run
+
+
+@functools.cache
+def lanes_of(count: int) -> Lanes:
+    """The process's ``count`` lanes, shared by every translator (a page serving two models, its batcher's
+    workers): the lanes are the cores, so at most ``count`` batches run at once however many models and callers."""
+    return Lanes(count)
+
+
+# Threads do not survive a fork: a process forked after a search (a server's worker, a test runner's) makes its own
+# lanes (each search asks for them) instead of waiting forever on the parent's.
+os.register_at_fork(after_in_child=lanes_of.cache_clear)
 
 
 class Translator:
@@ -221,9 +291,10 @@ class Translator:
         Where ``wanted()`` says False before a length batch starts, that batch is not searched (its outputs empty):
         nobody waits for them any more."""
         outputs: list[Output] = [Output([], 0.0, False, [])] * len(src_ids)
-        batches = split_for_lanes(
-            length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens), self.lanes
-        )
+        lanes = lanes_of(self.lanes) if self.lanes > 1 else None  # one lane: the caller's thread
+        batches = length_batches([len(s) for s in src_ids], self.max_sentences, self.max_tokens)
+        if lanes is not None:
+            batches = split_for_lanes(batches, max(1, lanes.idle()))
 
         def search(batch: list[int]) -> list[Output]:
             if wanted is not None and not wanted():
@@ -240,7 +311,11 @@ class Translator:
             best = beam_search_nbest(self.engine, padded, *search_args, settings.min_len)  # the same search
             return [with_others(hyps[: settings.n_best]) for hyps in best]
 
-        searched = map(search, batches) if self.lanes == 1 else lanes_pool(self.lanes).map(search, batches)
+        if lanes is None:
+            searched: Iterable[list[Output]] = map(search, batches)
+        else:
+            futures = lanes.run([functools.partial(search, batch) for batch in batches])
+            searched = (future.result() for future in futures)
         for batch, results in zip(batches, searched, strict=True):
             for i, result in zip(batch, results, strict=True):
                 outputs[i] = result

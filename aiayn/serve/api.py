@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from aiayn.search.translator import MAX_BEAM
 from aiayn.serve import metrics
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused, json_of, too_large
-from aiayn.serve.requests import BadRequest, Direction, beam_of, direction_of, directions
+from aiayn.serve.requests import BadRequest, Direction, beam_of, check_work, direction_of, directions, work_of
 from aiayn.serve.service import TimedOut, TranslationService
 from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
@@ -88,6 +88,7 @@ def parsed(
     try:
         direction = direction_of(served, request.get("direction", next(iter(served))))
         beam = beam_of(request.get("beam"))
+        check_work(sentences, direction, limits.max_sentences, "sentences")  # the work, once split
     except BadRequest as err:
         raise bad_field(str(err)) from None
     return sentences, direction, direction.model.search.beam_size if beam is None else beam
@@ -255,13 +256,16 @@ async def searched_within(
     field: str = "sentences",
     n_best: int = 1,
 ) -> dict[str, Any]:
-    """``translated`` in a thread, the request's sentences counted among ``waiting`` until it is answered."""
-    waiting.admit(len(request[0]))
+    """``translated`` in a thread, the request's work (its sentences once split) counted among ``waiting`` until it
+    is answered."""
+    sentences, direction, _ = request
+    work = work_of(sentences, direction.model.config.src_lang)  # what waits: sentences once split
+    waiting.admit(work)
     try:
         past_time = past_time_of(limits)
         return await run_in_threadpool(translated, service, request, deadline, past_time, field, n_best)
     finally:
-        waiting.leave(len(request[0]))
+        waiting.leave(work)
 
 
 def json_route(

@@ -2,15 +2,19 @@
 
 A decoding step costs nearly the same for 1 row as for 16 on a CPU (the
 per-node overhead of ONNX Runtime dominates small batches), so the service
-hands every request's source ids to worker threads, one per lane of the
-translator; a worker takes all requests waiting at that moment, searches their
-sentences as one batch (grouped by search settings), and gives each request its
-own outputs back. Nothing waits on purpose: a lone request starts at once, and
-the ones that arrive meanwhile form the next batch, in the next free lane. The search of a sentence does not
-depend on its batch, so answers equal one-at-a-time answers (tested).
+hands every request's source ids to worker threads; a worker takes all requests waiting at that moment, searches
+their sentences as one search (grouped by search settings), and gives each request its own outputs back. Nothing
+waits on purpose: a lone request starts at once, its length batches cut across every idle lane, and the ones that
+arrive meanwhile form the next search. The workers are one more than the translator's lanes (of two or more; one
+lane, a GPU's, has one worker, in whose thread its searches run): while every lane
+searches other requests' batches (two long files), a new request is still taken into a search of its own, whose
+batches take their turn in the lanes (``search.translator.Lanes``), one of each search at a time, instead of waiting
+for those files to end. The search of a sentence does not depend on its batch, so answers equal one-at-a-time
+answers (tested).
 
-A caller that stops waiting (the JSON route's time limit) cancels its futures: a job still queued is never searched,
-and a search whose every job was cancelled stops before its next length batch, so that it keeps no lane from others.
+A caller that stops waiting (a time limit: the JSON route's, the page's) cancels its futures: a job still queued is
+never searched, and a search whose every job was cancelled stops before its next length batch, so that it keeps no
+lane from others.
 """
 
 from __future__ import annotations
@@ -26,12 +30,12 @@ from typing import Any
 from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings, Translator
 from aiayn.serve import metrics
+from aiayn.serve.limits import SENTENCES_PER_SEARCH
 from aiayn.serve.memory import Trimmer
 
 # The searches' arrays handed back (else kept by malloc at the size of the largest batch): one trimmer for every
 # batcher, so a page serving several models still trims at most once a second.
 TRIM = Trimmer()
-SENTENCES_PER_SEARCH = 256  # taken off the queue at most per search; the translator cuts them into length batches
 
 
 @dataclass
@@ -44,12 +48,15 @@ class PendingSearch:
 
 
 class SearchBatcher:
-    """``Translator.outputs`` for many threads at once, searched together by a worker thread per lane."""
+    """``Translator.outputs`` for many threads at once, searched together by worker threads (one more than the
+    translator's lanes, where it has several)."""
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
         self.pending: queue.SimpleQueue[list[PendingSearch]] = queue.SimpleQueue()  # each item: one caller's jobs
         self.workers: list[threading.Thread] = []
+        # One lane (a GPU's) searches in its worker's own thread: a second worker would run a second search on it.
+        self.most_workers = translator.lanes + 1 if translator.lanes > 1 else 1
         self.lock = threading.Lock()
 
     def outputs(self, src_ids: Sequence[Sequence[int]], settings: SearchSettings) -> list[Output]:
@@ -77,7 +84,7 @@ class SearchBatcher:
 
     def start(self) -> None:
         with self.lock:
-            while len(self.workers) < self.translator.lanes:
+            while len(self.workers) < self.most_workers:
                 worker = threading.Thread(target=self.serve, name=f"aiayn-search-{len(self.workers)}", daemon=True)
                 worker.start()
                 self.workers.append(worker)

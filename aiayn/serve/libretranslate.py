@@ -47,7 +47,7 @@ from aiayn.serve.api import (
     searched_within,
 )
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
-from aiayn.serve.requests import Direction, directions
+from aiayn.serve.requests import BadRequest, Direction, check_work, directions
 from aiayn.serve.service import TranslationService
 
 FORM = "application/x-www-form-urlencoded"
@@ -263,6 +263,12 @@ class Asked:
         self.detected = [ranked(text, sources)[0] for text in self.texts] if source == AUTO else None
         chosen = [language for language, _ in self.detected] if self.detected else [source] * len(self.texts)
         self.directions = [pairs[(language, target)] for language in chosen]
+        try:  # the work, once split (``requests.work_of``): the JSON route's one bound, per direction searched
+            for direction in {d.value: d for d in self.directions}.values():
+                mine = [text for text, d in zip(self.texts, self.directions, strict=True) if d is direction]
+                check_work(mine, direction, limits.max_sentences, "q")
+        except BadRequest as err:
+            raise bad_field(str(err)) from None
 
     def pieces(self) -> list[list[tuple[bool, str]]]:
         """Each text as its parts (``html_parts``; a plain text is one part, all text)."""

@@ -11,10 +11,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from aiayn.serve.batching import SENTENCES_PER_SEARCH
 from aiayn.text.sentences import MAX_FILE_CHARS
 
-MAX_SENTENCES_PER_REQUEST = SENTENCES_PER_SEARCH  # a request's sentences fit one of the batcher's searches
+# Sentences the batcher takes off its queue at most per search (``batching.py``); the translator cuts them into
+# length batches.
+SENTENCES_PER_SEARCH = 256
+# A request's work: its sentences as ``text.sentences`` splits them (a JSON request's strings together, each
+# counting at least one; a page request's text), so that they fit one of the batcher's searches. Characters bound
+# what is read; sentences bound what is searched: 5 000 characters may hold 2 500 sentences of one letter.
+MAX_SENTENCES_PER_REQUEST = SENTENCES_PER_SEARCH
+MAX_FILE_SENTENCES = 8 * SENTENCES_PER_SEARCH  # an uploaded file's: about 10 s of work on two cores
 MAX_BODY_BYTES = 4 * MAX_FILE_CHARS  # UTF-8 text and JSON escapes of MAX_FILE_CHARS characters
 # Sentences of the JSON route admitted and not yet answered. At the route's measured 200-250 sentences a second on
 # two cores (docs/serve.md) this many are about 20 s of work: 16 requests of 256, or 128 clients' batches of 32, at
@@ -38,9 +44,12 @@ class Limits:
 
     max_body_bytes: int = MAX_BODY_BYTES  # every body but an upload's, on every route (``doors.py``)
     max_upload_bytes: int = MAX_UPLOAD_BYTES
-    max_sentences: int = MAX_SENTENCES_PER_REQUEST  # per JSON request
+    max_sentences: int = MAX_SENTENCES_PER_REQUEST  # per request of the page or the JSON route, once split
+    max_file_sentences: int = MAX_FILE_SENTENCES  # per file uploaded to the page, once split
     max_waiting: int = MAX_WAITING_SENTENCES  # sentences of the JSON route waiting or searched at once
-    request_timeout_s: float = REQUEST_TIMEOUT_S  # a JSON request's, from its arrival to its answer
+    # A request's: the JSON route's from its arrival to its answer, the page's from its handler's start (its wait in
+    # Gradio's queue is the queue's bound's); past it, its searches not yet run are dropped.
+    request_timeout_s: float = REQUEST_TIMEOUT_S
     retry_after_s: int = RETRY_AFTER_S
     max_number_digits: int = MAX_NUMBER_DIGITS
     download_max_age_s: float = DOWNLOAD_MAX_AGE_S

@@ -30,14 +30,12 @@ from aiayn.serve.details import Details
 if TYPE_CHECKING:
     from starlette.routing import Route
 
-    from aiayn.serve.service import TranslationService
-
 PATH = "/metrics"
 PREFIX = "aiayn"
 # A request's seconds: from a health check's milliseconds to a crowd's wait in the page's queue (up to ~30 s).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
 SEARCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # sentences per search: at most batching.SENTENCES_PER_SEARCH
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # sentences per search: at most limits.SENTENCES_PER_SEARCH
 
 
 @dataclass(frozen=True)
@@ -198,14 +196,3 @@ def metrics_route(metrics: Metrics) -> Route:
         return Response(metrics.scrape(), media_type=CONTENT_TYPE_LATEST)
 
     return Route(PATH, scrape, methods=["GET"], name="metrics")
-
-
-def models_served(service: TranslationService) -> list[ModelServed]:
-    """The info metric's labels for each model ``service`` has loaded."""
-    from aiayn.serve.requests import directions
-
-    variant = service.options.variant
-    return [
-        ModelServed(d.model.folder.path.name, d.value, d.model.engine.name, d.model.provider, variant)
-        for d in directions(dict(service.models)).values()
-    ]

@@ -25,15 +25,16 @@ from aiayn.serve.requests import (
     Direction,
     Request,
     beam_of,
+    check_work,
     checked,
     direction_of,
     directions,
     read_upload,
     refusal_of,
 )
-from aiayn.serve.service import Attention, LoadedModel, Result, TranslationService
+from aiayn.serve.service import Attention, LoadedModel, Result, TimedOut, TranslationService
 from aiayn.serve.status import refused_line, status_line
-from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS
+from aiayn.text.sentences import MAX_CHARS, MAX_FILE_CHARS, check_length
 
 # The page's translate event is batched: Gradio hands its handler up to BATCH_SIZE waiting requests at once, and
 # their searches run together in the batcher's worker threads (``batching.py``); Gradio's own work per request
@@ -153,6 +154,7 @@ class Handlers:
     service: TranslationService
     served: dict[str, Direction]
     downloads: Downloads  # the translated files
+    limits: Limits = DEFAULT_LIMITS  # a request's sentences and time
     recent: RecentResults = field(default_factory=RecentResults)
 
     def translate(self, text: list[Any], direction: list[Any], beam_size: list[Any]) -> tuple[list[str], list[str]]:
@@ -174,12 +176,13 @@ class Handlers:
         requests: list[Request | str] = []  # a checked request, or the status of a refused one
         for inputs in zip(text, direction, beam_size, strict=True):
             try:
-                requests.append(checked(self.served, *inputs))
+                requests.append(checked(self.served, *inputs, self.limits))
             except Exception as err:
                 refused(err, Reason.BAD_FIELD)
                 requests.append(refused_line(refusal_of(err)))
         wanted = [r for r in requests if isinstance(r, Request)]
-        results = iter(self.service.translate_each([(r.text, r.model, r.beam_size) for r in wanted]))
+        timeout_s = self.limits.request_timeout_s  # past it, a request's status says so and its searches stop
+        results = iter(self.service.translate_each([(r.text, r.model, r.beam_size) for r in wanted], timeout_s))
         texts, statuses = [], []
         for request in requests:
             result = request if isinstance(request, str) else next(results)
@@ -188,7 +191,7 @@ class Handlers:
                 value = next(d.value for d in self.served.values() if d.name == request.model)
                 metrics.translated(value, result.lines)
             elif isinstance(result, Exception):
-                refused(result, Reason.NOT_TRANSLATED)
+                refused(result, Reason.TIMEOUT if isinstance(result, TimedOut) else Reason.NOT_TRANSLATED)
             texts.append(result.text if isinstance(result, Result) else "")
             statuses.append(answer_line(result))
         return texts, statuses
@@ -196,19 +199,22 @@ class Handlers:
     def show_marks(self, text: Any, direction: Any, beam_size: Any) -> list[tuple[str, str | None]]:
         """The translation's unsure words marked, asked for by the page after a translation (its result kept)."""
         try:
-            request = checked(self.served, text, direction, beam_size)
-        except BadRequest:
+            request = checked(self.served, text, direction, beam_size, self.limits)
+            result = self.recent.get(request) or self.service.translate(
+                request.text, request.model, request.beam_size, self.limits.request_timeout_s
+            )
+        except (BadRequest, TimedOut):
             return []
-        result = self.recent.get(request) or self.service.translate(request.text, request.model, request.beam_size)
         return marked(result)
 
     def show_attention(self, text: Any, direction: Any, beam_size: Any, head: str) -> tuple[Attention | None, str]:
         """The heatmap, asked for by the page after a translation (the API's callers never pay for it)."""
         try:
-            request = checked(self.served, text, direction, beam_size)
-        except BadRequest:
+            request = checked(self.served, text, direction, beam_size, self.limits)
+            timeout_s = self.limits.request_timeout_s
+            attention = self.service.attention(request.text, request.model, request.beam_size, timeout_s)
+        except (BadRequest, TimedOut):
             return None, heatmap_html(None, head)  # a refused request: no heatmap beside its message
-        attention = self.service.attention(request.text, request.model, request.beam_size)
         return attention, heatmap_html(attention, head)
 
     def translate_file(self, upload: Any, direction: Any, beam_size: Any) -> str | None:
@@ -219,7 +225,10 @@ class Handlers:
         try:
             file = uploaded(path)
             chosen, beam = direction_of(self.served, direction), beam_of(beam_size)
-            translated = self.service.translate_file(read_upload(file), chosen.name, beam)
+            text = read_upload(file)
+            check_length(text, MAX_FILE_CHARS, "the file")  # what was read, before what it would cost to search
+            check_work([text], chosen, self.limits.max_file_sentences, "the file")
+            translated = self.service.translate_file(text, chosen.name, beam, self.limits.request_timeout_s)
             return str(self.downloads.write(f"{file.stem}.{'-'.join(chosen.pair)}.txt", translated + "\n"))
         except Exception as err:  # a BadRequest, a file over MAX_FILE_CHARS, a sentence the model cannot take, ...
             raise user_error(refusal_of(err)) from None
@@ -239,9 +248,9 @@ class Handlers:
 
 
 def refused(err: Exception, reason: Reason) -> None:
-    """A page request's refusal counted: a bad input's (a ``ValueError``, ``requests.refusal_of``), not a failure
-    of the server's."""
-    if isinstance(err, ValueError):
+    """A page request's refusal counted: a bad input's (a ``ValueError``, ``requests.refusal_of``) or one past its
+    time, not a failure of the server's."""
+    if isinstance(err, ValueError | TimedOut):
         metrics.refused(reason)
 
 
@@ -393,7 +402,7 @@ def build_app(
     """The page over ``model_names`` (default: the bundled models), loaded and checked before it starts; its
     translated files kept as ``limits`` say."""
     served = directions({name: service.model(name) for name in named_or_bundled(model_names)})
-    handlers = Handlers(service, served, Downloads(limits))
+    handlers = Handlers(service, served, Downloads(limits), limits)
     # Served from their folder as they are, never copied into Gradio's cache: downloads.py's bounds are the only ones.
     gr.set_static_paths([handlers.downloads.root])
     with gr.Blocks(title="aiayn — Attention Is All You Need", delete_cache=(3600, 3600)) as app:

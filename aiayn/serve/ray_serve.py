@@ -112,9 +112,10 @@ class TranslationReplica:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.waiting, self.service.translate_many, requests, timeout_s, n_best)
 
-    async def translate_file(self, text: str, model: str, beam_size: int | None) -> str:
+    async def translate_file(self, text: str, model: str, beam_size: int | None, timeout_s: float | None = None) -> str:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.waiting, self.service.translate_file, text, model, beam_size)
+        translate = self.service.translate_file
+        return await loop.run_in_executor(self.waiting, translate, text, model, beam_size, timeout_s)
 
 
 def replica_lost() -> tuple[type[BaseException], ...]:
@@ -149,9 +150,11 @@ class RemoteTranslation(TranslationService):
         results: list[Result] = self.asked("translate_many", list(requests), timeout_s, n_best)
         return results
 
-    def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
+    def translate_file(
+        self, text: str, model: str, beam_size: int | None = None, timeout_s: float | None = None
+    ) -> str:
         check_length(text, MAX_FILE_CHARS, "the file")
-        return str(self.asked("translate_file", text, model, beam_size))
+        return str(self.asked("translate_file", text, model, beam_size, timeout_s))
 
 
 class PageIngress:

@@ -96,6 +96,7 @@ def page_with_routes(
     from aiayn.serve.libretranslate import json_doors
     from aiayn.serve.operations import operated
     from aiayn.serve.page import build_app
+    from aiayn.serve.requests import models_served
 
     lifecycle = lifecycle or Lifecycle()
     routes, middleware = operated(lifecycle, operator, limits)
@@ -104,7 +105,7 @@ def page_with_routes(
     lifecycle.follow_ups = follow_up_events(blocks)
     app = FastAPI(routes=[*json_doors(service, limits), *routes], middleware=middleware)
     lifecycle.ready(functools.partial(unhealthy_because, service))
-    metrics.serving(metrics.models_served(service))
+    metrics.serving(models_served(service))
     return gr.mount_gradio_app(
         app, blocks, "/", max_file_size=limits.max_upload_bytes, mcp_server=mcp, run_history=False
     )
@@ -183,6 +184,7 @@ def serve(
     with LoadingServer(lifecycle, host, port):  # answering before Gradio and ONNX Runtime are even imported
         from aiayn.serve.libretranslate import json_doors
         from aiayn.serve.page import build_app
+        from aiayn.serve.requests import models_served
         from aiayn.serve.service import TranslationService
 
         service = TranslationService(options, split_clauses)
@@ -193,7 +195,7 @@ def serve(
         mcp=mcp,
     )
     lifecycle.ready(functools.partial(unhealthy_because, service))
-    metrics.serving(metrics.models_served(service))
+    metrics.serving(models_served(service))
     names = ", ".join(service.models)
     first = next(iter(service.models.values()))
     public = f" and {app.share_url}" if app.share_url else ""

@@ -6,6 +6,7 @@ Torch-free: ONNX Runtime, NumPy and the tokenizer only.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,39 @@ SHORT_RATIO, SHORT_MIN_SOURCE = 0.6, 12
 
 class TimedOut(Exception):
     """A request not answered within its time limit; its searches not yet started are dropped."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a request given ``timeout_s`` from its start is past its time (None: never)."""
+
+    timeout_s: float | None = None
+    at: float = math.inf  # on time.monotonic's clock
+
+    @classmethod
+    def after(cls, timeout_s: float | None) -> Deadline:
+        return cls(timeout_s, math.inf if timeout_s is None else time.monotonic() + timeout_s)
+
+    def left(self) -> float | None:
+        """The seconds left (None: no limit)."""
+        return None if self.timeout_s is None else max(0.0, self.at - time.monotonic())
+
+    def check(self) -> None:
+        """``TimedOut`` once past its time: the work not started yet is not started."""
+        if self.left() == 0.0:
+            raise self.past()
+
+    def past(self) -> TimedOut:
+        return TimedOut(f"not answered within {self.timeout_s:g} s")
+
+    def outputs(self, futures: list[Future[list[Output]]]) -> list[list[Output]]:
+        """The searches' outputs, or ``TimedOut`` once past its time: then each is cancelled, and the batcher drops
+        what it has not searched yet (a search whose every job is cancelled stops before its next length batch)."""
+        if wait(futures, self.left()).not_done:
+            for future in futures:
+                future.cancel()
+            raise self.past()
+        return [future.result() for future in futures]
 
 
 @dataclass(frozen=True)
@@ -165,13 +199,16 @@ class LoadedModel:
         outputs = self.translator.outputs(prepared.src_ids, self.settings(beam_size), on_batch)
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
-    def translate(self, text: str, beam_size: int | None = None) -> Result:
+    def translate(self, text: str, beam_size: int | None = None, timeout_s: float | None = None) -> Result:
         """Translate ``text`` sentence by sentence, keeping its line breaks; searched together with the
-        other requests of the moment (``batching.py``); refused whole if any sentence is."""
+        other requests of the moment (``batching.py``); refused whole if any sentence is. Not answered within
+        ``timeout_s`` (None: no limit), ``TimedOut``, and its searches not yet run are dropped."""
+        deadline = Deadline.after(timeout_s)
         prepared = self.prepare(text)
         refuse_any(prepared.refusals())
+        deadline.check()
         started = time.perf_counter()
-        outputs = self.batcher.outputs(prepared.src_ids, self.settings(beam_size))
+        (outputs,) = deadline.outputs([self.batcher.submit(prepared.src_ids, self.settings(beam_size))])
         return self.assemble(prepared, outputs, milliseconds_since(started))
 
     def assemble(self, prepared: Prepared, outputs: list[Output], latency_ms: float) -> Result:
@@ -314,20 +351,14 @@ class TranslationService:
         The latency covers the search. Not answered within ``timeout_s`` (None: no limit), ``TimedOut``: the
         searches are cancelled, and the batcher drops what it has not searched yet. ``n_best`` above 1: each result
         with up to ``n_best - 1`` alternatives (``LoadedModel.alternatives``), never more than its beam holds."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = Deadline.after(timeout_s)
         for text, _, _ in requests:
             check_length(text)
         started = time.perf_counter()
         pending = [(self.model(model), text, beam_size) for text, model, beam_size in requests]
         prepared = [(loaded, loaded.prepare(text), beam_size) for loaded, text, beam_size in pending]
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimedOut(f"not answered within {timeout_s:g} s")
-        futures = submit_together(prepared, n_best)
-        if deadline is not None and wait(futures, max(0.0, deadline - time.monotonic())).not_done:
-            for future in futures:
-                future.cancel()
-            raise TimedOut(f"not answered within {timeout_s:g} s")
-        outputs = [future.result() for future in futures]
+        deadline.check()
+        outputs = deadline.outputs(submit_together(prepared, n_best))
         latency_ms = milliseconds_since(started)
         results = [
             loaded.assemble(cut, out, latency_ms) for (loaded, cut, _), out in zip(prepared, outputs, strict=True)
@@ -339,35 +370,49 @@ class TranslationService:
             for result, (loaded, cut, _), out in zip(results, prepared, outputs, strict=True)
         ]
 
-    def translate_each(self, requests: Sequence[tuple[str, str, int | None]]) -> list[Result | Exception]:
+    def translate_each(
+        self, requests: Sequence[tuple[str, str, int | None]], timeout_s: float | None = None
+    ) -> list[Result | Exception]:
         """``translate_many``, each request's failure its own: where the requests together raise, each is asked
-        again alone, and one that still raises gets its exception in its place; the others their results."""
+        again alone (within what is left of ``timeout_s``), and one that still raises gets its exception in its
+        place; the others their results. Past their time, every request still unanswered gets ``TimedOut``."""
+        deadline = Deadline.after(timeout_s)
         try:
-            return list(self.translate_many(requests))
+            return list(self.translate_many(requests, timeout_s))
+        except TimedOut as err:
+            return [err] * len(requests)  # asked again, they would only be later
         except Exception as err:
             if len(requests) == 1:
                 return [err]
-        return [self.translate_each([request])[0] for request in requests]
+        return [self.translate_each([request], deadline.left())[0] for request in requests]
 
-    def translate(self, text: str, model: str, beam_size: int | None = None) -> Result:
-        """One request, refused whole if any of its sentences cannot be translated."""
-        result = self.translate_many([(text, model, beam_size)])[0]
+    def translate(self, text: str, model: str, beam_size: int | None = None, timeout_s: float | None = None) -> Result:
+        """One request, refused whole if any of its sentences cannot be translated (``translate_many``'s time
+        limit)."""
+        result = self.translate_many([(text, model, beam_size)], timeout_s)[0]
         refuse_any(result.refused)
         return result
 
-    def attention(self, text: str, model: str, beam_size: int | None = None) -> Attention | None:
+    def attention(
+        self, text: str, model: str, beam_size: int | None = None, timeout_s: float | None = None
+    ) -> Attention | None:
         """The heatmap's data, asked for by the page only: the first piece of ``text`` searched again (to the
-        output it had, since a search does not depend on its batch), then a forced pass of the decoder over it."""
+        output it had, since a search does not depend on its batch), then a forced pass of the decoder over it;
+        ``TimedOut`` past ``timeout_s``."""
+        deadline = Deadline.after(timeout_s)
         check_length(text)
         loaded = self.model(model)
         prepared = loaded.prepare(text)
         if not prepared.src_ids:
             return None
         first = prepared.src_ids[0]
-        out_ids = loaded.batcher.outputs([first], loaded.settings(beam_size))[0].tokens
-        return loaded.attention(first, out_ids)
+        (outputs,) = deadline.outputs([loaded.batcher.submit([first], loaded.settings(beam_size))])
+        return loaded.attention(first, outputs[0].tokens)
 
-    def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
-        """An uploaded file's text, at most ``MAX_FILE_CHARS`` characters, translated line by line."""
+    def translate_file(
+        self, text: str, model: str, beam_size: int | None = None, timeout_s: float | None = None
+    ) -> str:
+        """An uploaded file's text, at most ``MAX_FILE_CHARS`` characters, translated line by line within
+        ``timeout_s`` (``LoadedModel.translate``)."""
         check_length(text, MAX_FILE_CHARS, "the file")
-        return self.model(model).translate(text, beam_size).text
+        return self.model(model).translate(text, beam_size, timeout_s).text

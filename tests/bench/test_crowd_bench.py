@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 import aiayn.bench.crowd
-from aiayn.bench.crowd import completed_data, cpu_seconds, measure_crowds, serve_report
+from aiayn.bench.crowd import (
+    completed_data,
+    cpu_seconds,
+    json_route_lines,
+    measure_crowds,
+    measure_json_route,
+    serve_report,
+)
 
 
 def test_a_process_cpu_is_read_from_proc() -> None:
@@ -46,3 +53,14 @@ def test_a_small_crowd_is_measured_and_reported(bundled: dict[str, Path], monkey
     assert all(r.answered == 20 and r.identical for r in cost.on + cost.off)
     assert "metrics and access log on against off (--no-metrics --no-access-log), 4 visitors, 2 rounds" in report
     assert all(r > 0 for r in cost.cpu_ratios) and "server CPU per answer on/off median" in report
+
+
+def test_the_json_route_alone_is_measured_against_the_cli(
+    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`aiayn bench --serve --quick`: the lanes' goal alone, the JSON route's one client against the CLI."""
+    monkeypatch.setattr(aiayn.bench.crowd, "JSON_BATCHES", 1)
+    json_row, cli = measure_json_route("en-de", ["Two dogs play in the snow.", "A girl jumps into the pool."])
+    assert json_row.sentences == cli.sentences == 32 and json_row.identical and cli.identical
+    lines = json_route_lines(json_row, cli)
+    assert "1 batches of 32 sentences, beam 4" in lines[0] and "the JSON route at" in lines[1]

@@ -1,17 +1,30 @@
 """Lanes: several batches searched at once over one engine, or one batch cut across them, give the outputs of one
-lane, on real sentences."""
+lane, on real sentences; the lanes take each search's batches in turn, and a search cuts its batches only for the
+lanes it finds idle (fake batches and a fake search, held by events)."""
 
 from __future__ import annotations
 
 import gzip
+import threading
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
+import aiayn.search.translator
 from aiayn.core.folder import ModelFolder
 from aiayn.engines.onnx.serving.engine import ServingEngine
 from aiayn.engines.placement import Placement
-from aiayn.search.translator import SearchSettings, Translator, busiest_lane, length_batches, split_for_lanes
+from aiayn.search.output import Output
+from aiayn.search.translator import (
+    Lanes,
+    SearchSettings,
+    Translator,
+    busiest_lane,
+    length_batches,
+    split_for_lanes,
+)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -81,3 +94,83 @@ def test_one_batch_cut_across_two_lanes_translates_as_one_lane(
         same = [(a, b) for a, b in zip(got, expected, strict=True) if a.tokens == b.tokens]
         assert len(same) >= len(chunk) - 1
         assert max(abs(a.log_prob - b.log_prob) for a, b in same) < 1e-4
+
+
+def held(order: list[str], name: str, started: threading.Semaphore, gate: threading.Event | None) -> Any:
+    """A batch that notes its turn in ``order``, says it started, and holds its lane until ``gate`` opens."""
+
+    def run() -> str:
+        order.append(name)
+        started.release()
+        if gate is not None:
+            assert gate.wait(30), "the gate never opened"
+        return name
+
+    return run
+
+
+def test_the_lanes_take_each_search_in_turn_so_a_caption_does_not_wait_for_a_file() -> None:
+    lanes, order, started, gate = Lanes(2), [], threading.Semaphore(0), threading.Event()
+    file = lanes.run([held(order, f"file {i}", started, gate if i < 2 else None) for i in range(6)])
+    for _ in range(2):  # both lanes hold the file's first two batches
+        assert started.acquire(timeout=30)
+    caption = lanes.run([held(order, "caption", started, None)])
+    gate.set()
+    assert caption[0].result(timeout=30) == "caption"
+    assert [f.result(timeout=30) for f in file] == [f"file {i}" for i in range(6)]
+    # After the two batches that held the lanes, at most one more of the file's before the caption's (a pool that
+    # takes batches in the order they came, ``Executor.map``'s, puts it after all six).
+    assert order.index("caption") <= 3 and sorted(order) == sorted([*(f"file {i}" for i in range(6)), "caption"])
+
+
+def test_a_cancelled_batch_is_skipped_when_its_turn_comes() -> None:
+    lanes, order, started, gate = Lanes(1), [], threading.Semaphore(0), threading.Event()
+    first = lanes.run([held(order, "first", started, gate)])
+    assert started.acquire(timeout=30)
+    (dropped,) = lanes.run([held(order, "dropped", started, None)])
+    assert dropped.cancel()
+    (last,) = lanes.run([held(order, "last", started, None)])
+    gate.set()
+    assert first[0].result(timeout=30) == "first" and last.result(timeout=30) == "last"
+    assert order == ["first", "last"]
+
+
+class NoEngine:
+    """What the translator asks of an engine before its search (the search itself is faked)."""
+
+    pad_id = 0
+
+
+def test_a_lone_search_fills_every_idle_lane_and_one_under_load_stays_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    lanes, searched, both = Lanes(2), [], threading.Barrier(2, timeout=30)
+    monkeypatch.setattr(aiayn.search.translator, "lanes_of", lambda count: lanes)
+
+    def search(engine: object, src: np.ndarray, max_len: object, min_len: int) -> list[Output]:
+        searched.append((len(src), threading.current_thread().name))
+        if len(src) < 8:
+            both.wait()  # the halves are searched at once, one in each lane (else the barrier breaks)
+        return [Output([int(row[0])], 0.0, True, [0.0]) for row in src]
+
+    monkeypatch.setattr(aiayn.search.translator, "greedy_search", search)
+    translator = Translator(NoEngine(), None, 100, lanes=2)  # type: ignore[arg-type]
+    ids = [[i + 1, 2] for i in range(8)]
+    alone = translator.outputs(ids, SearchSettings(1))
+    assert [o.tokens for o in alone] == [[i + 1] for i in range(8)]
+    assert sorted(n for n, _ in searched) == [4, 4]  # one length batch of 8, halved: both idle lanes take it
+    assert len({lane for _, lane in searched}) == 2
+    order, started, gate = [], threading.Semaphore(0), threading.Event()
+    busy = lanes.run([held(order, f"other {i}", started, gate) for i in range(2)])  # others' searches hold both
+    for _ in range(2):
+        assert started.acquire(timeout=30)
+    searched.clear()
+    queue_then_open = lanes.run
+
+    def run(batches: Any) -> Any:  # the others' batches end once this search's are queued, cut or not
+        futures = queue_then_open(batches)
+        gate.set()
+        return futures
+
+    monkeypatch.setattr(lanes, "run", run)
+    assert translator.outputs(ids, SearchSettings(1)) == alone
+    assert [f.result(timeout=30) for f in busy] == ["other 0", "other 1"]
+    assert [n for n, _ in searched] == [8]  # no lane was idle: the batch stays whole (cut, it would cost more)

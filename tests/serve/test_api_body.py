@@ -50,6 +50,9 @@ def test_a_body_gives_its_sentences_direction_and_beam_or_the_defaults() -> None
         (body(sentences=["a"] * 257), 422, "sentences has 257 items; from 1 to 256 are translated per request"),
         (body(sentences=["a", "x" * 5001]), 422, "sentences[1] has 5001 characters; at most 5000"),
         (body(sentences=["x" * 5000] * 10 + ["y"]), 422, "the sentences have 50001 characters together; at most 50000"),
+        # the work once split: 255 strings and one of two sentences, 257 sentences, within every count of strings
+        (body(sentences=["a"] * 255 + ["A dog. A cat."]), 422, "sentences has 257 sentences; at most 256 are "),
+        (body(sentences=["A dog. " * 300]), 422, "sentences has 300 sentences; at most 256 are translated per "),
         (body(sentences=["a"], direction="en-fr"), 422, "en-fr is not in the list of choices: en-de, de-en"),
         (body(sentences=["a"], beam=0), 422, "beam size must be a whole number from 1 to 8, got 0"),
     ],

@@ -153,6 +153,10 @@ def test_file_uploads_translate_line_by_line_and_bad_files_are_refused(
     big.write_text("A dog runs.\n" * 5000, encoding="utf-8")
     with pytest.raises(Exception, match="the file has 60000 characters; at most 50000"):
         client.predict(handle_file(str(big)), "en-de", 4, api_name="/translate_file")
+    many = tmp_path / "many.txt"  # within the characters, over the work: its sentences once split
+    many.write_text("Go.\n" * 2100, encoding="utf-8")
+    with pytest.raises(Exception, match="the file has 2100 sentences; at most 2048 are translated per request"):
+        client.predict(handle_file(str(many)), "en-de", 4, api_name="/translate_file")
     assert translate(client, SENTENCES[1])[0] == cli_translate(SENTENCES[1:2])[0]
     assert "Traceback" not in server.log.read_text()[len(log_before) :]
     with pytest.raises(AppError):  # Gradio's own check, and its traceback in the log: a path, not handle_file(path)

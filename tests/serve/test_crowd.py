@@ -87,9 +87,9 @@ def test_a_crowd_gets_its_one_at_a_time_answers_from_batches(
     batches: list[int] = []
     translate_many = service.translate_many
 
-    def recorded(requests: list[tuple[str, str, int]]) -> list[Result]:
+    def recorded(requests: list[tuple[str, str, int]], timeout_s: float | None = None) -> list[Result]:
         batches.append(len(requests))
-        return translate_many(requests)
+        return translate_many(requests, timeout_s)
 
     monkeypatch.setattr(service, "translate_many", recorded)
     row = asyncio.run(crowd(port, os.getpid(), 40, SENTENCES, alone, "en-de"))

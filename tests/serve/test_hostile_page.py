@@ -54,7 +54,9 @@ class Fragile(TranslationService):
             raise RuntimeError("the engine broke")
         return [result(text.upper()) for text, _, _ in requests]
 
-    def translate_file(self, text: str, model: str, beam_size: int | None = None) -> str:
+    def translate_file(
+        self, text: str, model: str, beam_size: int | None = None, timeout_s: float | None = None
+    ) -> str:
         return text.upper()
 
 
@@ -67,10 +69,10 @@ def test_whatever_one_request_raises_is_its_refusal_and_its_batch_mates_are_answ
 ) -> None:
     checked = aiayn.serve.page.checked
 
-    def picky(served: Any, text: Any, direction: Any, beam_size: Any) -> Any:  # a check that fails unforeseen
+    def picky(served: Any, text: Any, direction: Any, beam_size: Any, limits: Limits) -> Any:  # fails unforeseen
         if text == "odd":
             raise KeyError("odd")
-        return checked(served, text, direction, beam_size)
+        return checked(served, text, direction, beam_size, limits)
 
     monkeypatch.setattr(aiayn.serve.page, "checked", picky)
     monkeypatch.setattr(metrics.RECORDER, "metrics", counted := metrics.Metrics())

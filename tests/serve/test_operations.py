@@ -34,6 +34,7 @@ from aiayn.serve.drain import Lifecycle
 from aiayn.serve.health import health_routes
 from aiayn.serve.operations import Operations
 from aiayn.serve.page import FALLBACK_EXAMPLES, build_app
+from aiayn.serve.requests import models_served
 from aiayn.serve.server import launch
 from aiayn.serve.service import TranslationService
 
@@ -61,7 +62,7 @@ def served(bundled: dict[str, Path]) -> Iterator[Served]:
     middleware = [Middleware(Operations, lifecycle=lifecycle, log=AccessLog("json", out=log))]
     launch(page, port=port, routes=routes, middleware=middleware)
     lifecycle.ready()
-    metrics.serving(metrics.models_served(service))
+    metrics.serving(models_served(service))
     try:
         yield Served(port, lifecycle, fresh, log)
     finally:

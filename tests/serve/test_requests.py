@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from aiayn.serve.limits import Limits
 from aiayn.serve.requests import (
     BadRequest,
     Request,
@@ -18,7 +19,9 @@ from aiayn.serve.requests import (
     directions,
     read_upload,
     refusal_of,
+    work_of,
 )
+from aiayn.serve.service import TimedOut
 from aiayn.text.sentences import MAX_CHARS
 
 
@@ -57,6 +60,19 @@ def test_a_request_is_checked_once_and_says_what_is_wrong() -> None:
     assert beam_of(None) is None and beam_of(3.0) == 3
 
 
+def test_a_requests_work_is_its_sentences_once_split_whatever_its_characters() -> None:
+    assert work_of(["A dog runs. A cat sleeps.", "", "Two men.\nA boat."], "en") == 2 + 1 + 2  # "" is still answered
+    served = directions({"en-de": model("en", "de", "en-de")})
+    three = Limits(max_sentences=3)
+    assert checked(served, "A dog. A cat.\nA boat.", "en-de", None, three).text == "A dog. A cat.\nA boat."
+    with pytest.raises(BadRequest, match="^the text has 4 sentences; at most 3 are translated per request here"):
+        checked(served, "A dog. A cat.\nA boat. A man.", "en-de", None, three)
+    many = "Go. " * (MAX_CHARS // 4)  # within the characters, but 1 250 sentences of one word
+    with pytest.raises(BadRequest, match=f"^the text has {MAX_CHARS // 4} sentences; at most 256 "):
+        checked(served, many, "en-de", None)
+    assert checked(served, "x" * MAX_CHARS, "en-de", None).text == "x" * MAX_CHARS  # one sentence
+
+
 def test_an_upload_is_utf8_with_or_without_its_mark(tmp_path: Path) -> None:
     path = tmp_path / "lines.txt"
     path.write_bytes("\ufeffÄpfel\n".encode())
@@ -73,7 +89,9 @@ def test_a_request_that_raised_is_told_a_bad_inputs_message_or_only_the_kind_of_
         "beam size must be a whole number from 1 to 8, got 9"
     )
     assert refusal_of(ValueError("the text has 5001 characters")) == "the text has 5001 characters"
-    assert caplog.records == []  # a bad input is the visitor's: nothing for the server's log
+    past = "not answered within 60 s"
+    assert refusal_of(TimedOut(past)) == past  # a page request past its time is told so
+    assert caplog.records == []  # a bad input is the visitor's, a time limit the server's bound: nothing logged
     assert refusal_of(KeyError("/srv/models/secret")) == (
         "the server failed on this request (KeyError); try again, or another text"
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from aiayn.engines.options import EngineOptions
+from aiayn.search.output import Output
 from aiayn.search.translator import SearchSettings
 from aiayn.serve.batching import SearchBatcher
 from aiayn.serve.service import TranslationService
@@ -57,3 +59,37 @@ def test_an_error_reaches_every_waiting_request_and_the_worker_goes_on() -> None
     with pytest.raises(ValueError, match="engine broke"):
         batcher.outputs([[6, 3]], SearchSettings())
     assert batcher.outputs([], SearchSettings()) == []
+
+
+FILE, CAPTION = 7, 8  # the first token of a long file's sentences, of a caption's
+
+
+class HeldFiles:
+    """A translator of two lanes whose searches of a file hold their worker until ``gate`` opens."""
+
+    lanes = 2
+
+    def __init__(self) -> None:
+        self.gate, self.started = threading.Event(), threading.Semaphore(0)
+
+    def outputs(self, src_ids: list[list[int]], settings: object, wanted: object) -> list[Output]:
+        if src_ids[0][0] == FILE:
+            self.started.release()
+            assert self.gate.wait(30), "the gate never opened"
+        return [Output(ids[:1], 0.0, True, [0.0]) for ids in src_ids]
+
+
+def test_a_caption_is_searched_while_two_files_are_searched() -> None:
+    """As many long searches as lanes (two visitors' files) still leave a worker to take a caption into a search of
+    its own, whose batch the lanes take in turn (tests/search/test_lanes.py), not after both files."""
+    translator = HeldFiles()
+    batcher = SearchBatcher(translator)  # type: ignore[arg-type]
+    files = []
+    for _ in range(2):  # each file taken by a worker of its own, which it holds
+        files.append(batcher.submit([[FILE, 3]] * 40, SearchSettings()))
+        assert translator.started.acquire(timeout=30)
+    caption = batcher.submit([[CAPTION, 3]], SearchSettings())
+    assert caption.result(timeout=30) == [Output([CAPTION], 0.0, True, [0.0])]  # while both files still search
+    assert not any(file.done() for file in files)
+    translator.gate.set()
+    assert all(file.result(timeout=30) == [Output([FILE], 0.0, True, [0.0])] * 40 for file in files)
