@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from aiayn.bench.base_size import BasePlan, base_folder, base_json, base_report, check_lengths, run_base_bench
+from aiayn.bench.base_size import (
+    BasePlan,
+    base_appended,
+    base_folder,
+    base_json,
+    base_report,
+    check_lengths,
+    run_base_bench,
+)
 from aiayn.bench.engines import CUDA_CONFIGS, device_framing
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import ModelFolder
@@ -52,6 +60,8 @@ def test_every_engine_decodes_the_fixed_length_and_says_its_memory(tiny_folder: 
     text = base_report(result)
     assert "every output 7 tokens" in text and "peak while loading" in text and "onnx fp32 1×1 / ctranslate2" in text
     assert base_json(result)["plan"]["length"] == 7
+    appended = base_appended(result)  # what the speed table's report appends: its rounds join the table's
+    assert appended.text == text and len(appended.watched) == 2 and appended.ratios == result.ratios
 
 
 def test_the_gpu_rows_up_to_batches_of_128_with_each_engines_gpu_memory(tiny_folder: Path) -> None:

@@ -43,9 +43,12 @@ def test_interleaved_rounds_give_ratios_with_their_range_and_a_serving_row(tiny_
     )
     serving = result.serving
     assert serving is not None and serving.requests == 16 and serving.errors == 0 and serving.identical
+    assert len(result.watched) == plan.rounds  # each round's load and share of the CPU (tests/bench/test_conditions.py)
     text = report(result, tmp_path / "bench.json")
     assert "2 cores: onnx fp32 2×1 / ctranslate2 fp32" in text and "range" in text and "Serving" in text
+    assert text.startswith("Machine: ")
     figures = json.loads((tmp_path / "bench.json").read_text())
+    assert len(figures["conditions"]["rounds"]) == 2 and figures["machine"]["cores"] >= 1
     ratio = next(r for r in figures["ratios"] if r["framing"] == "1 thread each" and r["search"] == "beam 4")
     assert ratio["ctranslate2"] == "ctranslate2 fp32 1×1" and ratio["ratio"] > 0
     assert figures["serving"]["identical"] is True and figures["rounds"] == 2
