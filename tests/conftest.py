@@ -27,6 +27,8 @@ from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID
 from aiayn.engines.onnx.serving.spec import HOST_READ, SEQLENS_K, TOTAL_LEN, ServingOps
 from aiayn.engines.onnx.tiny_graphs import INDICES
 
+pytest_plugins = ["time_limit"]  # the guard: no test over 60 s unless listed with its reason (tests/time_limit.py)
+
 INVENTED = [
     "the red cat sleeps on the old chair.",
     "a small dog runs after two blue birds!",
