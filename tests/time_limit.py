@@ -2,13 +2,13 @@
 ``LIMIT_S``, unless ``SLOW_TESTS`` names it with why it needs its time.
 
 A test's time is its setup, call and teardown together (a session fixture's setup counts in the first test that
-asks for it, as in pytest's ``--durations``). On a loaded machine wall time stretches, so a test is over the
-limit when either of these is:
+asks for it, as in pytest's ``--durations``). On a loaded machine wall time stretches, so the limit applies to the
+time the test would have taken alone, the larger of:
 
-- its CPU time: this process's and its waited-for children's (the servers and workers it started and stopped),
-  which others' work on the machine does not stretch;
-- its wall time divided by the machine's slowdown, ``max(1, load average / cores)`` as the test ended: the time it
-  would have taken alone, for the tests that mostly wait (on a server, a browser, a timeout).
+- its wall time divided by the machine's slowdown, ``max(1, load average / cores)`` as the test ended (the tests
+  that mostly wait: on a server, a browser, a timeout);
+- its CPU time over the cores: this process's and its waited-for children's (the servers and workers it started
+  and stopped), which others' work does not stretch; on all the cores at once, a test takes at least that long.
 
 ``AIAYN_TEST_LIMIT_S`` sets another limit (the guard's own test uses it).
 """
@@ -33,19 +33,21 @@ class Timing:
     wall_s: float
     cpu_s: float
     slowdown: float  # max(1, load average / cores) as the test ended
+    cores: int = 2
 
     @property
     def alone_s(self) -> float:
-        return self.wall_s / self.slowdown
+        """The time the test would have taken on the machine alone (at least its CPU time over the cores)."""
+        return max(self.wall_s / self.slowdown, self.cpu_s / self.cores)
 
 
 def over_limit(timings: dict[str, Timing], allowed: dict[str, str], limit_s: float) -> list[str]:
-    """One line for each test over ``limit_s`` (CPU time, or wall time over the slowdown) that ``allowed`` lacks."""
+    """One line for each test over ``limit_s`` alone (``Timing.alone_s``) that ``allowed`` lacks."""
     return [
-        f"{name}: {t.wall_s:.0f} s wall (at a slowdown of {t.slowdown:.1f}: {t.alone_s:.0f} s alone), "
-        f"{t.cpu_s:.0f} s CPU"
+        f"{name}: {t.alone_s:.0f} s alone ({t.wall_s:.0f} s wall at a slowdown of {t.slowdown:.1f}; "
+        f"{t.cpu_s:.0f} s CPU on {t.cores} cores)"
         for name, t in timings.items()
-        if max(t.cpu_s, t.alone_s) > limit_s and name not in allowed
+        if t.alone_s > limit_s and name not in allowed
     ]
 
 
@@ -69,7 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     wall, cpu = time.monotonic(), cpu_s()
     yield
-    item.config.stash[TIMINGS][item.nodeid] = Timing(time.monotonic() - wall, cpu_s() - cpu, slowdown())
+    timing = Timing(time.monotonic() - wall, cpu_s() - cpu, slowdown(), os.cpu_count() or 1)
+    item.config.stash[TIMINGS][item.nodeid] = timing
 
 
 def limit_s() -> float:
