@@ -87,16 +87,19 @@ def test_a_run_beside_other_work_or_with_spread_ratios_ends_with_the_warning(tmp
     assert spread.splitlines()[-1].endswith(WARNING_END) and "ratios spread ±20% around their median" in spread
 
 
-def test_the_benchs_cpu_time_counts_its_child_processes() -> None:
+def test_the_benchs_cpu_time_counts_its_workers_while_they_run() -> None:
+    """A worker alive (not yet waited for, as the bench's are through its rounds) counts with its CPU time."""
+    spin = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nprint(flush=True)"
     before = own_cpu_s()
-    spin = "import time; end = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
-    child = subprocess.Popen([sys.executable, "-c", spin])
-    time.sleep(0.2)
-    during = own_cpu_s()  # the child running: its time so far
-    child.wait(timeout=60)
-    after = own_cpu_s()  # the child waited for: its time in this process's children's
-    assert before is not None and during is not None and after is not None
-    assert after - before >= 0.25 and after >= during
+    worker = subprocess.Popen(
+        [sys.executable, "-c", f"{spin}\nimport sys; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == b"\n"  # it has spun
+        during = own_cpu_s()
+    finally:
+        worker.communicate(timeout=60)
+    assert before is not None and during is not None and during - before >= 0.25
 
 
 def test_two_busy_processes_beside_a_round_make_it_end_with_the_warning() -> None:
