@@ -74,9 +74,11 @@ def run_train_bench(
     plan: TrainPlan = FULL,
     variants: tuple[str, ...] = VARIANTS,
     watch: Watch | None = None,
+    argv: list[str] | None = None,
 ) -> dict[str, Any]:
     """Tokens/s of each variant per round, their medians and ranges, and the ratios; as one JSON-ready dict, with
-    the machine and how alone each round was (``watch``: by default the real machine's, on ``THREADS`` cores)."""
+    the machine (``argv``: the command's words after `aiayn`, by default this process's) and how alone each round
+    was (``watch``: by default the real machine's, on ``THREADS`` cores)."""
     watch = Watch(THREADS) if watch is None else watch
     per_round: list[dict[str, float]] = [{} for _ in range(plan.rounds)]
     unavailable: dict[str, str] = {}
@@ -106,7 +108,8 @@ def run_train_bench(
                 worker.close()
     result = summarize(per_round, [w.name for w in workers], unavailable, plan)
     ratios = ((s["median"], s["min"], s["max"]) for s in result["ratio"].values())
-    return {**result, "conditions": Quiet(THREADS, watch.rounds, spread(ratios)).to_json()}
+    conditions = Quiet(THREADS, watch.rounds, spread(ratios)).to_json()
+    return {**result, "machine": machine_header(argv), "conditions": conditions}
 
 
 def summarize(
@@ -124,7 +127,6 @@ def summarize(
         ratio[f"best ({best}) / {TODAY}"] = stats([r[best] / r[TODAY] for r in per_round])
     return {
         "what": "training tokens/s (real target tokens): forward, label-smoothed loss, backward, Adam",
-        "machine": machine_header(),
         "threads": THREADS,  # intra-op threads per variant
         "plan": {"rounds": plan.rounds, "warmup": plan.warmup, "steps": plan.steps, "max_tokens": MAX_TOKENS},
         "tokens_per_s": tokens_per_s,

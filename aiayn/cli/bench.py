@@ -115,7 +115,8 @@ def bench_train(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.training import FULL, QUICK, run_train_bench, train_report
 
     plan = QUICK if args.quick else FULL
-    return train_report(run_train_bench(folder, split_of(folder, args, "train"), plan), json_path(args))
+    result = run_train_bench(folder, split_of(folder, args, "train"), plan, argv=args.argv)
+    return train_report(result, json_path(args))
 
 
 def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
@@ -123,6 +124,7 @@ def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
     CTranslate2 there (each engine's placement checked first: a GPU that does not work is one line)."""
     from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_appended, run_base_bench
     from aiayn.bench.base_size import FRAMINGS as BASE_FRAMINGS
+    from aiayn.bench.conditions import machine_header
     from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA, Framing, with_baseline
     from aiayn.bench.run import FULL, QUICK, report, run_bench
     from aiayn.engines.load import place
@@ -142,7 +144,7 @@ def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
         framings, base_framings = (tuple(with_baseline(f, checkout) for f in fs) for fs in (framings, base_framings))
     result = run_bench(folder, corpus.src, corpus.tgt, plan, framings, with_serving=not on_gpu, **configs)
     base = run_base_bench(folder, corpus.src, base_plan, framings=base_framings, **configs)
-    return report(result, json_path(args), base_appended(base))
+    return report(result, json_path(args), base_appended(base), machine_header(args.argv))
 
 
 def baseline_checkout(path: str) -> Path:
@@ -189,7 +191,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     watch = Watch(THREADS)
     text = mode(folder, args)
     watch.round_done()
-    print(ends_with_warning(f"{format_header(machine_header())}\n\n{text}", Quiet(THREADS, watch.rounds, 0.0).warning))
+    header = format_header(machine_header(args.argv))
+    print(ends_with_warning(f"{header}\n\n{text}", Quiet(THREADS, watch.rounds, 0.0).warning))
 
 
 def add_bench(sub: Any) -> None:

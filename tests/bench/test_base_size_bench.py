@@ -43,6 +43,8 @@ def test_the_base_folder_is_the_presets_size_with_the_benchs_tokenizer(tiny_fold
 
 
 def test_every_engine_decodes_the_fixed_length_and_says_its_memory(tiny_folder: Path) -> None:
+    # Its time (about 30 s idle, most of it processes starting) is the bench's own framings, all 14 setups, each in
+    # a process of its own: what proves their comparisons and each engine's memory as `aiayn bench` runs them.
     plan = BasePlan(rounds=2, length=7, sentences=2, batch_sentences=4)
     result = run_base_bench(ModelFolder.open(tiny_folder), SENTENCES, plan, TINY)
     one, two = "onnx fp32 1×1", "onnx fp32 2×1"

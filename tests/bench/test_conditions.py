@@ -11,8 +11,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import count
 from pathlib import Path
+
+import pytest
 
 from aiayn.bench.conditions import Quiet, Round, Watch, cpu_info, format_header, machine_header, own_cpu_s
 from aiayn.bench.run import BenchResult, Ratio, report
@@ -127,3 +130,26 @@ def test_two_busy_processes_beside_a_round_make_it_end_with_the_warning() -> Non
     quiet = Quiet(2, watch.rounds, 0.0)
     assert watch.rounds[0].share is not None and watch.rounds[0].share < 0.6
     assert quiet.warning is not None and quiet.warning.endswith(WARNING_END)
+
+
+def test_every_other_mode_prints_the_header_and_is_watched_as_one_round(
+    bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`aiayn bench --sessions N` (or any mode but the speed table and --train): the machine first, the whole run
+    as one round after, the warning where it was not alone."""
+    import aiayn.bench.conditions
+    import aiayn.cli.bench
+    from aiayn.cli import main
+
+    monkeypatch.setitem(aiayn.cli.bench.MODES, "sessions", lambda folder, args: "| the mode's table |")
+    for load, warned in ((0.5, False), (5.0, True)):
+        monkeypatch.setattr(
+            aiayn.bench.conditions,
+            "Watch",
+            partial(Watch, read_load=partial(float, load), read_machine=counter(1.0), read_own=counter(0.95)),
+        )
+        assert main(["bench", "--sessions", "3"]) in (0, None)
+        out = capsys.readouterr().out.strip().splitlines()
+        assert out[0].startswith("Machine: ") and out[0].endswith("; `aiayn bench --sessions 3`")
+        assert "| the mode's table |" in out
+        assert out[-1].endswith(WARNING_END) == warned
