@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import weakref
@@ -26,6 +29,8 @@ from aiayn.data.multi30k import find_data_dir
 from aiayn.engines.onnx.serving.device_buffers import GRAPH_ID
 from aiayn.engines.onnx.serving.spec import HOST_READ, SEQLENS_K, TOTAL_LEN, ServingOps
 from aiayn.engines.onnx.tiny_graphs import INDICES
+
+pytest_plugins = ["time_limit"]  # the guard: no test over 60 s unless listed with its reason (tests/time_limit.py)
 
 INVENTED = [
     "the red cat sleeps on the old chair.",
@@ -253,13 +258,50 @@ def serve_page() -> Callable[..., AbstractContextManager[Page]]:
     return served_page
 
 
+PYTHON_CACHE = Path.home() / ".cache" / "aiayn" / "python"
+
+
+def cached_venv(name: str, stamp: dict[str, Any], install: Callable[[Path], None]) -> Path:
+    """The Python of the virtual environment ``name`` in aiayn's cache, made once by ``install(python)`` over a
+    fresh venv and kept while its ``stamp`` (what was installed, from what) is the same: a rerun skips pip and its
+    resolver. Built beside it and moved in whole, so a run that stops halfway leaves none; ``install`` may skip."""
+    venv = PYTHON_CACHE / name
+
+    def ready() -> bool:
+        made = venv / "aiayn-ready.json"
+        return made.is_file() and json.loads(made.read_text()) == stamp
+
+    if ready():
+        return venv / "bin" / "python"
+    PYTHON_CACHE.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f"{venv.name}-", dir=PYTHON_CACHE))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(build)], check=True)
+        install(build / "bin" / "python")
+        (build / "aiayn-ready.json").write_text(json.dumps(stamp))
+        if not ready():  # else another run has put its own there meanwhile, which it may be running
+            shutil.rmtree(venv, ignore_errors=True)
+            build.rename(venv)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def venv_cache() -> Callable[[str, dict[str, Any], Callable[[Path], None]], Path]:
+    """``venv_cache(name, stamp, install)``: ``cached_venv``, a virtual environment made once per stamp."""
+    return cached_venv
+
+
 @pytest.fixture(scope="session")
 def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Path]) -> Path:
-    """The Python of a fresh virtual environment holding only what a Gradio Space installs: the requirements.txt of
+    """The Python of a virtual environment holding only what a Gradio Space installs: the requirements.txt of
     an exported Space (an MCP server, ``--mcp``: its requirements a superset) and of the repository's own Space (one
     venv for both, to keep the suite short: the root's adds only numpy and tqdm, which Gradio installs anyway), and
-    the Gradio of their front matter's ``sdk_version`` (pip's cache makes a rerun quick). Skipped, saying why, where
-    pip cannot reach the package registry."""
+    the Gradio of their front matter's ``sdk_version``. Made once per content of those files (and Gradio's and
+    Python's versions) in aiayn's cache, as a Space's build would make it from them (nothing else is installed
+    there; a dependency's newer release reaches it once ~/.cache/aiayn/python is cleared).
+    Skipped, saying why, where pip cannot reach the package registry."""
     import gradio
 
     space = tmp_path_factory.mktemp("space-requirements") / "space"
@@ -267,18 +309,26 @@ def space_python(tmp_path_factory: pytest.TempPathFactory, bundled: dict[str, Pa
         [sys.executable, "-m", "aiayn.cli", "export", "en-de", "--to", "space", "--out", str(space), "--mcp"],
         check=True,
     )
-    venv = tmp_path_factory.mktemp("space-venv")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    probe = subprocess.run([*pip, "index", "versions", "gradio"], capture_output=True, text=True, timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(f"pip cannot reach the package registry: {probe.stderr.strip().splitlines()[-1:]}")
     root = Path(__file__).resolve().parents[1]
-    requirements = ["-r", str(space / "requirements.txt"), "-r", str(root / "requirements.txt")]
-    install = [*pip, "install", "-q", *requirements, f"gradio=={gradio.__version__}"]
-    result = subprocess.run(install, capture_output=True, text=True, timeout=1200)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return venv / "bin" / "python"
+    files = (space / "requirements.txt", root / "requirements.txt")
+    stamp = {
+        "requirements": [path.read_text() for path in files],
+        "gradio": gradio.__version__,
+        "python": sys.version,
+    }
+
+    def install(python: Path) -> None:
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        probe = subprocess.run([*pip, "index", "versions", "gradio"], capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            pytest.skip(f"pip cannot reach the package registry: {probe.stderr.strip().splitlines()[-1:]}")
+        requirements = [arg for path in files for arg in ("-r", str(path))]
+        install = [*pip, "install", "-q", *requirements, f"gradio=={gradio.__version__}"]
+        result = subprocess.run(install, capture_output=True, text=True, timeout=1200)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    digest = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:16]
+    return cached_venv(f"space-{digest}", stamp, install)
 
 
 @contextmanager

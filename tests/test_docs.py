@@ -268,3 +268,26 @@ def test_the_flags_shown_as_refused_are_refused() -> None:
     for flags, command in REFUSED.items():
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             build_parser().parse_args([command, *flags.split()])
+
+
+MEASURED_ON = "*Measured on:* "
+# Tables of figures that no machine moves (translations' quality).
+NOT_SPEED = ("| model | test set | BLEU | chrF |",)
+MEASURED = re.compile(r"; (figures from the text of )?commit [0-9a-f]{7,}\b.*; \S")  # CPU; commit; command
+
+
+def test_every_speed_table_names_its_machine_and_commit() -> None:
+    """docs/speed.md's tables and the README's figures: the line under each names its CPU, its commit and its
+    command (`*Measured on:* CPU; commit C; command.`), so that a reader can tell the AMD EPYC's from the Xeon's."""
+    problems = []
+    for doc in (ROOT / "README.md", ROOT / "docs" / "speed.md"):
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("|") and not lines[i - 1].startswith("|")]
+        for start in starts:
+            end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].startswith("|"))
+            note = next((line for line in lines[end : end + 3] if line.strip()), "")
+            if lines[start].startswith(NOT_SPEED):
+                continue
+            if not (note.startswith(MEASURED_ON) and MEASURED.search(note)):
+                problems.append(f"{doc.relative_to(ROOT)}:{start + 1}: no `{MEASURED_ON}CPU; commit; command` under it")
+    assert not problems, "speed tables without their machine:\n" + "\n".join(problems)

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiayn.bench.conditions import Round, Watch
 from aiayn.bench.engines import THREADS, Framing, Setup
-from aiayn.bench.run import Measured, Ratio, format_ratios, measure_rounds, ratios, search_name, setups_of
+from aiayn.bench.run import (
+    Appended,
+    Measured,
+    Ratio,
+    format_ratios,
+    measure_rounds,
+    ratios,
+    search_name,
+    setups_of,
+)
 from aiayn.core.config import PRESETS, ModelConfig
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
@@ -95,6 +105,7 @@ class BaseResult:
     ratios: list[Ratio]
     footprints: list[Footprint]
     framings: tuple[Framing, ...]
+    watched: list[Round] = field(default_factory=list)  # each round's load and the bench's share of the CPU
 
 
 def base_folder(folder: ModelFolder, path: Path, preset: ModelConfig = PRESETS["base"]) -> ModelFolder:
@@ -134,8 +145,11 @@ def run_base_bench(
     preset: ModelConfig = PRESETS["base"],
     framings: tuple[Framing, ...] = FRAMINGS,
     configs: tuple[tuple[int, int], ...] = BASE_CONFIGS,
+    watch: Watch | None = None,
 ) -> BaseResult:
-    """Our engines and CTranslate2 on a base-size random model, outputs of ``plan.length`` tokens each."""
+    """Our engines and CTranslate2 on a base-size random model, outputs of ``plan.length`` tokens each; ``watch``
+    records each round's machine (by default the real one's, on the bench's ``THREADS`` cores)."""
+    watch = Watch(THREADS) if watch is None else watch
 
     def request(name: str, beam: int, batch: int) -> dict[str, Any] | None:
         if batch == 1 and " 1×1" not in name:
@@ -146,7 +160,7 @@ def run_base_bench(
     setups = setups_of(framings)
     with tempfile.TemporaryDirectory() as tmp:
         base = base_folder(folder, Path(tmp) / "base", preset)
-        measured, ready = measure_rounds(base.path, setups, plan.rounds, configs, request)
+        measured, ready = measure_rounds(base.path, setups, plan.rounds, configs, request, watch)
     check_lengths(measured, plan.length)
     rows = [
         BaseRow(name, search_name(beam), batch, statistics.median(r["tokens"] / r["seconds"] for r in runs))
@@ -162,7 +176,9 @@ def run_base_bench(
         )
         for s in setups
     ]
-    return BaseResult(base.config, plan, rows, ratios(measured, framings, configs), footprints, framings)
+    return BaseResult(
+        base.config, plan, rows, ratios(measured, framings, configs), footprints, framings, watch.rounds
+    )
 
 
 def check_lengths(measured: Measured, length: int) -> None:
@@ -224,3 +240,8 @@ def base_json(result: BaseResult) -> dict[str, Any]:
         "ratios": [asdict(r) for r in result.ratios],
         "memory": [asdict(f) for f in result.footprints],
     }
+
+
+def base_appended(result: BaseResult) -> Appended:
+    """The base-size rows as the speed table's report appends them (``run.report``)."""
+    return Appended(base_report(result), base_json(result), result.watched, result.ratios)

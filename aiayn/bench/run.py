@@ -14,16 +14,16 @@ within each round; the report gives their median and range.
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import tempfile
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from aiayn.bench.conditions import Quiet, Round, Watch, ends_with_warning, format_header, machine_header, spread
 from aiayn.bench.engines import CONFIGS, FRAMINGS, NO_CACHE, THREADS, Framing, Setup, prepare
 from aiayn.bench.process import Worker
 from aiayn.bench.serving import BEAM as SERVING_BEAM
@@ -154,6 +154,7 @@ class BenchResult:
     ratios: list[Ratio]
     serving: Serving | None
     rounds: int
+    watched: list[Round] = field(default_factory=list)  # each round's load and the bench's share of the CPU
 
 
 def setups_of(framings: tuple[Framing, ...]) -> list[Setup]:
@@ -166,9 +167,11 @@ def measure_rounds(
     rounds: int,
     configs: tuple[tuple[int, int], ...],
     request: Callable[[str, int, int], dict[str, Any] | None],
+    watch: Watch | None = None,
 ) -> tuple[Measured, dict[str, dict[str, Any]]]:
     """Each setup in a process of its own on ``folder``, asked ``request(setup label, beam, batch)`` (None: not
-    this one) in turn, configuration by configuration, round by round; with what each said once loaded."""
+    this one) in turn, configuration by configuration, round by round; with what each said once loaded. ``watch``
+    records each round's load once its workers are loaded."""
     measured: Measured = {}
     workers = []
     try:
@@ -176,6 +179,8 @@ def measure_rounds(
             args = (str(folder.resolve()), s.engine, str(s.lanes), str(s.threads), s.device)
             # A baseline's worker imports the aiayn of its checkout: `python -m` puts its working folder first.
             workers.append(Worker(s.label, "aiayn.bench.worker", *args, cwd=s.checkout or None))
+        if watch is not None:
+            watch.start()
         for round_ in range(rounds):
             for beam, batch in configs:
                 for i in range(len(workers)):
@@ -183,6 +188,8 @@ def measure_rounds(
                     asked = request(worker.name, beam, batch)
                     if asked is not None:
                         measured.setdefault((worker.name, beam, batch), []).append(worker.ask(asked))
+            if watch is not None:
+                watch.round_done()
     finally:
         for worker in workers:
             worker.close()
@@ -197,10 +204,13 @@ def run_bench(
     framings: tuple[Framing, ...] = FRAMINGS,
     configs: tuple[tuple[int, int], ...] = CONFIGS,
     with_serving: bool = True,
+    watch: Watch | None = None,
 ) -> BenchResult:
     """Every setup of every framing in its own process, taking turns round by round, in each (beam, batch) of
-    ``configs``; the serving row (the page server on the CPU) after, ``with_serving``."""
+    ``configs``; the serving row (the page server on the CPU) after, ``with_serving``. ``watch``: how each round's
+    machine was (by default the real one's load, on the bench's ``THREADS`` cores)."""
     setups = setups_of(framings)
+    watch = Watch(THREADS) if watch is None else watch
 
     def request(name: str, beam: int, batch: int) -> dict[str, Any]:
         n = plan.tutorial_sentences if name.startswith(NO_CACHE) else max(plan.sentences, batch)
@@ -208,13 +218,13 @@ def run_bench(
 
     with tempfile.TemporaryDirectory() as tmp:
         copy = prepare(folder, Path(tmp) / "model")
-        measured, _ = measure_rounds(copy.path, setups, plan.rounds, configs, request)
+        measured, _ = measure_rounds(copy.path, setups, plan.rounds, configs, request, watch)
         serving = measure_serving(copy.path, src[:SERVING_SENTENCES], plan.serving_rounds) if with_serving else []
     rows = [summarize(e, beam, batch, runs, refs, folder) for (e, beam, batch), runs in measured.items()]
     order = {setup.label: i for i, setup in enumerate(setups)}
     rows.sort(key=lambda r: (order[r.engine], r.search, r.batch))
     summary = serving_summary(serving) if serving else None
-    return BenchResult(rows, ratios(measured, framings, configs), summary, plan.rounds)
+    return BenchResult(rows, ratios(measured, framings, configs), summary, plan.rounds, watch.rounds)
 
 
 def format_table(rows: list[Row]) -> str:
@@ -241,11 +251,35 @@ def format_ratios(ratios: list[Ratio]) -> str:
     )
 
 
-def report(result: BenchResult, json_path: Path | None, base: dict[str, Any] | None = None) -> str:
-    """The table, the ratios and the serving row; with ``base`` (the base-size rows as JSON) in the JSON file."""
-    machine = f"{platform.processor() or platform.machine()}, {THREADS} cores; lanes × intra-op threads per engine"
+def quiet_of(watched: list[Round], ratios: Sequence[Ratio], cores: int = THREADS) -> Quiet:
+    """How alone the rounds of ``watched`` were, and how far ``ratios``' rounds spread."""
+    return Quiet(cores, watched, spread((r.median, r.low, r.high) for r in ratios))
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Rows of the same run printed after the table (the base size's): their text and JSON, rounds and ratios."""
+
+    text: str
+    json: dict[str, Any]
+    watched: list[Round]
+    ratios: list[Ratio]
+
+
+def report(
+    result: BenchResult, json_path: Path | None, appended: Appended | None = None, header: dict[str, Any] | None = None
+) -> str:
+    """The machine header, the table, the ratios and the serving row, then ``appended``'s text (its JSON, rounds and
+    ratios join this run's); ending with the warning where the rounds were not alone or their ratios spread.
+    ``header``: ``machine_header()``'s by default."""
+    header = machine_header() if header is None else header
+    watched, all_ratios = result.watched, result.ratios
+    if appended is not None:
+        watched, all_ratios = watched + appended.watched, all_ratios + appended.ratios
+    quiet = quiet_of(watched, all_ratios)
     text = (
-        f"{format_table(result.rows)}\n\nThroughput ratios (target tokens/s, ours / peer; median and range over "
+        f"{format_header(header)}; lanes × intra-op threads per engine\n\n{format_table(result.rows)}\n\n"
+        "Throughput ratios (target tokens/s, ours / peer; median and range over "
         f"{result.rounds} interleaved rounds; lanes×threads after each name):\n{format_ratios(result.ratios)}"
     )
     if result.serving is not None:
@@ -260,7 +294,8 @@ def report(result: BenchResult, json_path: Path | None, base: dict[str, Any] | N
         json_path.write_text(
             json.dumps(
                 {
-                    "machine": machine,
+                    "machine": header,
+                    "conditions": quiet.to_json(),
                     "rounds": result.rounds,
                     "rows": [asdict(r) for r in result.rows],
                     "ratios": [
@@ -277,9 +312,9 @@ def report(result: BenchResult, json_path: Path | None, base: dict[str, Any] | N
                         for r in result.ratios
                     ],
                     "serving": asdict(result.serving) if result.serving else None,
-                    "base_size": base,
+                    "base_size": appended.json if appended is not None else None,
                 },
                 indent=2,
             )
         )
-    return f"{text}\n\nMachine: {machine}"
+    return ends_with_warning(f"{text}\n\n{appended.text}" if appended is not None else text, quiet.warning)

@@ -11,7 +11,6 @@ a ratio is taken within each round, then summarised the same way. Timings are re
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.bench.conditions import Quiet, Watch, ends_with_warning, format_header, machine_header, spread
 from aiayn.bench.engines import THREADS
 from aiayn.bench.process import Worker
 from aiayn.bench.training_worker import VARIANTS
@@ -69,9 +69,17 @@ def write_batches(folder: ModelFolder, corpus: ParallelCorpus, count: int, path:
 
 
 def run_train_bench(
-    folder: ModelFolder, corpus: ParallelCorpus, plan: TrainPlan = FULL, variants: tuple[str, ...] = VARIANTS
+    folder: ModelFolder,
+    corpus: ParallelCorpus,
+    plan: TrainPlan = FULL,
+    variants: tuple[str, ...] = VARIANTS,
+    watch: Watch | None = None,
+    argv: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Tokens/s of each variant per round, their medians and ranges, and the ratios; as one JSON-ready dict."""
+    """Tokens/s of each variant per round, their medians and ranges, and the ratios; as one JSON-ready dict, with
+    the machine (``argv``: the command's words after `aiayn`, by default this process's) and how alone each round
+    was (``watch``: by default the real machine's, on ``THREADS`` cores)."""
+    watch = Watch(THREADS) if watch is None else watch
     per_round: list[dict[str, float]] = [{} for _ in range(plan.rounds)]
     unavailable: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,16 +95,21 @@ def run_train_bench(
             else:
                 unavailable[worker.name] = worker.ready.get("reason", "")
         try:
+            watch.start()
             for r in range(plan.rounds):
                 for i in range(len(workers)):
                     worker = workers[(i + r) % len(workers)]  # a different variant first each round
                     run = worker.ask({"warmup": plan.warmup, "steps": plan.steps})
                     per_round[r][worker.name] = run["tokens"] / run["seconds"]
                     per_round[r][f"{worker.name} peak_rss_mb"] = run["peak_rss_mb"]
+                watch.round_done()
         finally:
             for worker in started:
                 worker.close()
-    return summarize(per_round, [w.name for w in workers], unavailable, plan)
+    result = summarize(per_round, [w.name for w in workers], unavailable, plan)
+    ratios = ((s["median"], s["min"], s["max"]) for s in result["ratio"].values())
+    conditions = Quiet(THREADS, watch.rounds, spread(ratios)).to_json()
+    return {**result, "machine": machine_header(argv), "conditions": conditions}
 
 
 def summarize(
@@ -114,7 +127,7 @@ def summarize(
         ratio[f"best ({best}) / {TODAY}"] = stats([r[best] / r[TODAY] for r in per_round])
     return {
         "what": "training tokens/s (real target tokens): forward, label-smoothed loss, backward, Adam",
-        "machine": f"{platform.processor() or platform.machine()}, {THREADS} intra-op threads per variant",
+        "threads": THREADS,  # intra-op threads per variant
         "plan": {"rounds": plan.rounds, "warmup": plan.warmup, "steps": plan.steps, "max_tokens": MAX_TOKENS},
         "tokens_per_s": tokens_per_s,
         "marian": {v: s for v, s in tokens_per_s.items() if v.startswith("marian")},
@@ -141,4 +154,5 @@ def train_report(result: dict[str, Any], json_path: Path | None) -> str:
     lines += [f"- {variant}: not measured ({reason})" for variant, reason in result["unavailable"].items()]
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
-    return "\n".join(lines) + f"\n\nMachine: {result['machine']}"
+    header = f"{format_header(result['machine'])}; {result['threads']} intra-op threads per variant"
+    return ends_with_warning(f"{header}\n\n" + "\n".join(lines), result["conditions"]["warning"])

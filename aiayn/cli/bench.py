@@ -118,14 +118,16 @@ def bench_train(folder: ModelFolder, args: argparse.Namespace) -> str:
     from aiayn.bench.training import FULL, QUICK, run_train_bench, train_report
 
     plan = QUICK if args.quick else FULL
-    return train_report(run_train_bench(folder, split_of(folder, args, "train"), plan), json_path(args))
+    result = run_train_bench(folder, split_of(folder, args, "train"), plan, argv=args.argv)
+    return train_report(result, json_path(args))
 
 
 def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
     """Every engine against its peers in the same rounds, on the model and at the base size; on a GPU, ours against
     CTranslate2 there (each engine's placement checked first: a GPU that does not work is one line)."""
-    from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_json, base_report, run_base_bench
+    from aiayn.bench.base_size import BASE_FULL, BASE_QUICK, base_appended, run_base_bench
     from aiayn.bench.base_size import FRAMINGS as BASE_FRAMINGS
+    from aiayn.bench.conditions import machine_header
     from aiayn.bench.engines import CUDA_CONFIGS, FRAMINGS, ON_CUDA, Framing, with_baseline
     from aiayn.bench.run import FULL, QUICK, report, run_bench
     from aiayn.engines.load import place
@@ -145,7 +147,7 @@ def bench_speed(folder: ModelFolder, args: argparse.Namespace) -> str:
         framings, base_framings = (tuple(with_baseline(f, checkout) for f in fs) for fs in (framings, base_framings))
     result = run_bench(folder, corpus.src, corpus.tgt, plan, framings, with_serving=not on_gpu, **configs)
     base = run_base_bench(folder, corpus.src, base_plan, framings=base_framings, **configs)
-    return f"{report(result, json_path(args), base_json(base))}\n\n{base_report(base)}"
+    return report(result, json_path(args), base_appended(base), machine_header(args.argv))
 
 
 def baseline_checkout(path: str) -> Path:
@@ -175,10 +177,25 @@ MODES: dict[str, Callable[[ModelFolder, argparse.Namespace], str]] = {
 }
 
 
+# The modes that record each round's machine themselves, and write its header and their warning into their report.
+WATCH_THEIR_ROUNDS = (bench_speed, bench_train)
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
+    """The mode's report; any other mode's under the machine header, its whole run watched as one round."""
+    from aiayn.bench.conditions import Quiet, Watch, ends_with_warning, format_header, machine_header
+    from aiayn.bench.engines import THREADS
+
     folder = ModelFolder.open(args.model)
     mode = next((MODES[flag] for flag in MODES if getattr(args, flag)), bench_speed)
-    print(mode(folder, args))
+    if mode in WATCH_THEIR_ROUNDS:
+        print(mode(folder, args))
+        return
+    watch = Watch(THREADS)
+    text = mode(folder, args)
+    watch.round_done()
+    header = format_header(machine_header(args.argv))
+    print(ends_with_warning(f"{header}\n\n{text}", Quiet(THREADS, watch.rounds, 0.0).warning))
 
 
 def add_bench(sub: Any) -> None:

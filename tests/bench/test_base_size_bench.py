@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from aiayn.bench.base_size import BasePlan, base_folder, base_json, base_report, check_lengths, run_base_bench
+from aiayn.bench.base_size import (
+    BasePlan,
+    base_appended,
+    base_folder,
+    base_json,
+    base_report,
+    check_lengths,
+    run_base_bench,
+)
 from aiayn.bench.engines import CUDA_CONFIGS, device_framing
 from aiayn.core.config import PRESETS
 from aiayn.core.folder import ModelFolder
@@ -35,6 +43,8 @@ def test_the_base_folder_is_the_presets_size_with_the_benchs_tokenizer(tiny_fold
 
 
 def test_every_engine_decodes_the_fixed_length_and_says_its_memory(tiny_folder: Path) -> None:
+    # Its time (about 30 s idle, most of it processes starting) is the bench's own framings, all 14 setups, each in
+    # a process of its own: what proves their comparisons and each engine's memory as `aiayn bench` runs them.
     plan = BasePlan(rounds=2, length=7, sentences=2, batch_sentences=4)
     result = run_base_bench(ModelFolder.open(tiny_folder), SENTENCES, plan, TINY)
     one, two = "onnx fp32 1×1", "onnx fp32 2×1"
@@ -52,6 +62,8 @@ def test_every_engine_decodes_the_fixed_length_and_says_its_memory(tiny_folder: 
     text = base_report(result)
     assert "every output 7 tokens" in text and "peak while loading" in text and "onnx fp32 1×1 / ctranslate2" in text
     assert base_json(result)["plan"]["length"] == 7
+    appended = base_appended(result)  # what the speed table's report appends: its rounds join the table's
+    assert appended.text == text and len(appended.watched) == 2 and appended.ratios == result.ratios
 
 
 def test_the_gpu_rows_up_to_batches_of_128_with_each_engines_gpu_memory(tiny_folder: Path) -> None:

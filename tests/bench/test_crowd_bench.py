@@ -32,6 +32,8 @@ def test_an_event_stream_gives_its_answer_or_its_error() -> None:
 
 
 def test_a_small_crowd_is_measured_and_reported(bundled: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its time (about 30 s idle) is the servers `aiayn bench --serve` starts, each proven here once: the page under a
+    # crowd, Gradio's floor, the metrics and access log on and off, and the CLI on the same lines.
     monkeypatch.setattr(aiayn.bench.crowd, "JSON_BATCHES", 2)
     monkeypatch.setattr(aiayn.bench.crowd, "OPERATIONS_ROUNDS", 2)
     sentences = ["Two dogs play in the snow.", "A girl jumps into the pool.", "A black cat sleeps on the sofa."]

@@ -42,7 +42,8 @@ def test_variants_take_turns_and_the_ratios_have_their_range(tmp_path: Path) -> 
     assert all(s["min"] <= s["median"] <= s["max"] for s in result["ratio"].values())
     assert set(result["ratio"]) == {"ours fp32 / today fp32", "best (ours fp32) / today fp32"}
     text = train_report(result, tmp_path / "train.json")
-    assert "ours fp32 / today fp32:" in text and "range" in text
+    assert "ours fp32 / today fp32:" in text and "range" in text and text.startswith("Machine: ")
+    assert len(result["conditions"]["rounds"]) == 2  # each round's load and share of the CPU
     assert json.loads((tmp_path / "train.json").read_text())["ratio"] == result["ratio"]
 
 

@@ -464,31 +464,18 @@ TRANSFORMERS_4_SENTENCES = 50  # of the 200 (all 200: docs/models.md)
 TRANSFORMERS_4_FOLDERS = ["random", "imported", "en-de"]
 # A folder, our greedy ids on the sentences and transformers4_worker.py's answer on its export.
 Transformers4Run = tuple[ModelFolder, list[list[int]], dict[str, Any]]
-PYTHON_CACHE = Path.home() / ".cache" / "aiayn" / "python"
 
 
 @pytest.fixture(scope="session")
-def transformers4_python() -> Path:
+def transformers4_python(venv_cache: Callable[[str, dict[str, Any], Callable[[Path], None]], Path]) -> Path:
     """The Python of a virtual environment holding TRANSFORMERS_4 over this one's packages: a .pth file puts this
     environment's site-packages (torch, ONNX Runtime, ...) after its own, whose transformers 4 and Hugging Face Hub
-    shadow ours. Installed once by pip from the user's configured index into aiayn's cache (built beside it and
-    moved in whole, so a run that stops halfway leaves none); skipped, saying why, where pip cannot reach the
-    index."""
+    shadow ours. Installed once by pip from the user's configured index into aiayn's cache (``venv_cache``);
+    skipped, saying why, where pip cannot reach the index."""
     outer = site.getsitepackages()
-    venv = PYTHON_CACHE / "-".join(requirement.replace("==", "-") for requirement in TRANSFORMERS_4)
     stamp = {"requirements": list(TRANSFORMERS_4), "site-packages": outer}
 
-    def ready() -> bool:
-        made = venv / "aiayn-ready.json"
-        return made.is_file() and json.loads(made.read_text()) == stamp
-
-    if ready():
-        return venv / "bin" / "python"
-    PYTHON_CACHE.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f"{venv.name}-", dir=PYTHON_CACHE))
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(build)], check=True)
-        python = build / "bin" / "python"
+    def install(python: Path) -> None:
         where = [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
         purelib = Path(subprocess.run(where, capture_output=True, text=True, check=True).stdout.strip())
         (purelib / "aiayn-outer.pth").write_text("".join(f"{path}\n" for path in outer))
@@ -499,13 +486,8 @@ def transformers4_python() -> Path:
             pytest.skip(f"pip cannot find optimum-onnx on the package index ({reason}): transformers 4 is not tested")
         result = subprocess.run([*pip, "install", "-q", *TRANSFORMERS_4], capture_output=True, text=True, timeout=1200)
         assert result.returncode == 0, result.stderr[-3000:]
-        (build / "aiayn-ready.json").write_text(json.dumps(stamp))
-        if not ready():  # else another run has put its own there meanwhile, which it may be running
-            shutil.rmtree(venv, ignore_errors=True)
-            build.rename(venv)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return venv / "bin" / "python"
+
+    return venv_cache("-".join(requirement.replace("==", "-") for requirement in TRANSFORMERS_4), stamp, install)
 
 
 @pytest.fixture(scope="session")
