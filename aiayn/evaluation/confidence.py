@@ -55,6 +55,7 @@ def calibrate_confidence(
         "word_marked_share_on_val": round(float((least < word_threshold).mean()), 4),
         "beam_size": settings.beam_size,
         "length_penalty": settings.length_penalty,
+        "length_normalization": settings.length_normalization,
     }
     folder.write_section(CONFIDENCE_SECTION, section)
     return section
