@@ -33,6 +33,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from aiayn.core.folder import ModelFolder
     from aiayn.evaluation.evaluate import evaluate, evaluation_set, tune_length_penalty
 
+    normalizations = args.length_normalization or []
+    if len(normalizations) > 1 and not args.tune_length_penalty:
+        raise ValueError("--length-normalization takes one name, unless with --tune-length-penalty")
     folder = ModelFolder.open(args.model)
     corpus = evaluation_set(folder, args.split, args.test_files, args.test_tsv, args.data)
     if args.limit:
@@ -47,7 +50,6 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.calibrate_confidence:
         calibrate(folder, translator, corpus, args.beam)
         return
-    normalizations = args.length_normalization or []
     if args.tune_length_penalty:
         bleu = tune_length_penalty(folder, translator, corpus, args.beam, args.tune_length_penalty, normalizations)
         for normalization, scores in bleu.items():
@@ -60,8 +62,6 @@ def cmd_eval(args: argparse.Namespace) -> None:
             "(search.length_normalization, search.length_penalty)"
         )
         return
-    if len(normalizations) > 1:
-        raise ValueError("--length-normalization takes one name, unless with --tune-length-penalty")
     settings = SearchSettings.of(
         folder,
         beam_size=args.beam,

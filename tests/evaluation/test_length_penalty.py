@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
@@ -195,3 +196,11 @@ def test_tuned_under_both_normalizations_power_is_kept_within_the_margin(config_
     assert kept_normalization({"gnmt": 42.36, "power": 42.25}) == "gnmt"
     assert kept_normalization({"power": 40.0, "gnmt": 42.0}) == "gnmt"
     assert kept_normalization({"gnmt": 41.0}) == "gnmt"
+
+
+def test_eval_takes_a_known_normalization_and_two_only_to_tune(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "--length-normalization", "gnmt,cubic"])
+    assert "expected gnmt or power, or both separated by a comma; got gnmt,cubic" in capsys.readouterr().err
+    assert main(["eval", "--length-normalization", "gnmt,power"]) == 2
+    assert "--length-normalization takes one name, unless with --tune-length-penalty" in capsys.readouterr().err
