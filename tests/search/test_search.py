@@ -163,6 +163,7 @@ def test_only_an_eos_among_the_best_k_ends_a_hypothesis() -> None:
     assert [h.tokens for h in nbest] == [[a], [a, c]]
     assert model.rows_per_step == [1, 2, 2]  # the third step is searched: <s> b </s> did not make 2 finished
 
+
 def test_top_columns_breaks_ties_by_the_lower_index() -> None:
     scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [-np.inf, -np.inf, 0.5, -np.inf, -np.inf, -np.inf]])
     assert top_columns(scores, 2).tolist() == [[1, 2], [2, 0]]
