@@ -249,6 +249,8 @@ def test_a_pre_ln_folder_is_pegasus_as_ctranslate2_reads_it(
     assert not np.array_equal(encoder_table[0], decoder_table[0])
     card = (out / "README.md").read_text()
     assert "the paper's Transformer, pre-LN: transformers' Pegasus" in card and "tags:\n  - pegasus" in card
+    assert "GNMT's ((5 + |Y|) / 6)^α, which neither `generate` nor CTranslate2 can express" in card
+    assert "`translate_batch(tokens, beam_size=4, length_penalty=0.6, min_decoding_length=0)`" in card
     assert "LayerNorm's ε is Pegasus's 1e-5 where the aiayn folder's is 1e-06: it changes" in card
 
 
@@ -365,7 +367,7 @@ def test_import_gives_a_bundled_model_back(
     name: str,
 ) -> None:
     """`aiayn import DIR` of the Pegasus folder: config, every weight and the search defaults as they were, bit for
-    bit, so the same translations at the folder's defaults (beam 4, its length penalty and GNMT normalisation). (The
+    bit, so the same translations at the folder's defaults (beam 4, its length penalty and |Y|^α). (The
     file's bytes may differ: safetensors writes its metadata's two keys in either order.)"""
     folder, out = exported(name)
     back = tmp_path / "back"
