@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from aiayn.core.folder import SEARCH_SECTION, ModelFolder
+from aiayn.core.folder import NORMALIZATION_BEFORE, SEARCH_SECTION, ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, VALIDATION_SPLIT, ParallelCorpus, is_multi30k_pair, load_parallel
 from aiayn.data.sources import PairSource, TextFiles, TsvFile, languages_of_files, languages_of_tsv
 from aiayn.evaluation.metrics import Scores, score
@@ -141,6 +141,8 @@ def tune_length_penalty(
             "tuned_on": {
                 "split": corpus.split,
                 "beam_size": beam_size,
+                # What a continued run goes back to (train/start.py's continued_search): none, or a checkpoint's own.
+                NORMALIZATION_BEFORE: folder.section(SEARCH_SECTION).get("length_normalization"),
                 "bleu": {n: {str(a): round(b, 2) for a, b in scores.items()} for n, scores in bleu.items()},
             },
         },

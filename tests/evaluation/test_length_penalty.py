@@ -119,7 +119,8 @@ def test_tuning_keeps_the_alpha_whose_translations_score_best(config_only: Path)
     translator = Translator(ShortOrLong(), WordCodec(), 64)
     sentence = " ".join(REFERENCE)
     val = ParallelCorpus([sentence, "two dogs"], [sentence, sentence], "en", "de", "val")
-    bleu = tune_length_penalty(ModelFolder.open(config_only), translator, val, 4, [0.6, 1.2, 2.0])["gnmt"]
+    folder = ModelFolder.open(config_only)  # the bundled config: tuned under |Y|^α; here under GNMT's lp
+    bleu = tune_length_penalty(folder, translator, val, 4, [0.6, 1.2, 2.0], ["gnmt"])["gnmt"]
     assert bleu[0.6] == 0.0 and bleu[1.2] == bleu[2.0] == pytest.approx(100.0)
     assert SearchSettings.of(ModelFolder.open(config_only)).length_penalty == 1.2  # the best; of two equal, the first
 
@@ -162,6 +163,7 @@ def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
         "tuned_on": {
             "split": "val",
             "beam_size": 2,
+            "length_normalization_before": "power",
             "bleu": {"power": {"0.3": 0.0, "0.6": round(reference_bleu, 2), "2.0": round(reference_bleu, 2)}},
         },
     }
