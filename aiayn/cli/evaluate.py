@@ -20,6 +20,7 @@ from aiayn.cli.args import (
 from aiayn.data.multi30k import SPLITS, TEST_SPLIT, VALIDATION_SPLIT
 from aiayn.engines import ONNX
 from aiayn.engines.load import installed_engine, load_engine, translator_for
+from aiayn.search.beam import LENGTH_NORMALIZATIONS, PORTABLE_BLEU_MARGIN
 from aiayn.search.translator import SearchSettings
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from aiayn.core.folder import ModelFolder
     from aiayn.evaluation.evaluate import evaluate, evaluation_set, tune_length_penalty
 
+    normalizations = args.length_normalization or []
+    if len(normalizations) > 1 and not args.tune_length_penalty:
+        raise ValueError("--length-normalization takes one name, unless with --tune-length-penalty")
     folder = ModelFolder.open(args.model)
     corpus = evaluation_set(folder, args.split, args.test_files, args.test_tsv, args.data)
     if args.limit:
@@ -47,14 +51,23 @@ def cmd_eval(args: argparse.Namespace) -> None:
         calibrate(folder, translator, corpus, args.beam)
         return
     if args.tune_length_penalty:
-        bleu = tune_length_penalty(folder, translator, corpus, args.beam, args.tune_length_penalty)
-        for alpha, value in bleu.items():
-            print(f"length penalty {alpha:4.2f}: BLEU {value:6.2f} ({corpus.split}, beam {args.beam})")
-        best = max(bleu, key=lambda alpha: bleu[alpha])
-        print(f"kept {best} in {folder.config_file} (search.length_penalty)")
+        bleu = tune_length_penalty(folder, translator, corpus, args.beam, args.tune_length_penalty, normalizations)
+        for normalization, scores in bleu.items():
+            for alpha, value in scores.items():
+                where = f"({corpus.split}, beam {args.beam})"
+                print(f"{normalization} length penalty {alpha:4.2f}: BLEU {value:6.2f} {where}")
+        kept = SearchSettings.of(ModelFolder.open(folder.path))
+        print(
+            f"kept {kept.length_normalization} {kept.length_penalty} in {folder.config_file} "
+            "(search.length_normalization, search.length_penalty)"
+        )
         return
-    changes = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
-    settings = SearchSettings.of(folder, beam_size=args.beam, **changes)
+    settings = SearchSettings.of(
+        folder,
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        length_normalization=normalizations[0] if normalizations else None,
+    )
     result = evaluate(translator, corpus, settings)
     summary = {
         "model": str(folder.path),
@@ -64,6 +77,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         "variant": args.variant,
         "beam": args.beam,
         "length_penalty": settings.length_penalty,
+        "length_normalization": settings.length_normalization,
         "seconds": round(result.seconds, 2),
         **result.scores.to_dict(),
     }
@@ -73,7 +87,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(json.dumps(summary, indent=2))
         return
     s = result.scores
-    search = "greedy" if args.beam == 1 else f"beam {args.beam}, length penalty {settings.length_penalty}"
+    penalty = f"length penalty {settings.length_penalty} ({settings.length_normalization})"
+    search = "greedy" if args.beam == 1 else f"beam {args.beam}, {penalty}"
     print(f"{folder.name} {result.split} ({result.sentences} sentences, {engine_name}, {search})")
     print(f"BLEU            {s.bleu:6.2f}  {s.bleu_signature}")
     print(f"BLEU lowercased {s.bleu_lowercase:6.2f}")
@@ -98,6 +113,17 @@ def calibrate(folder: ModelFolder, translator: Translator, corpus: ParallelCorpu
         f"unsure below a mean log-probability of {section['min_mean_log_prob']} per token: {flagged} of "
         f"{section['sentences']} {corpus.split} sentences (beam {beam}); kept in {folder.config_file} (confidence)"
     )
+
+
+def normalization_list(text: str) -> list[str]:
+    """``gnmt,power``: length normalisations separated by commas."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in LENGTH_NORMALIZATIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected {' or '.join(LENGTH_NORMALIZATIONS)}, or both separated by a comma; got {text}"
+        )
+    return names
 
 
 def add_eval(sub: Any) -> None:
@@ -131,6 +157,15 @@ def add_eval(sub: Any) -> None:
         default=None,
         metavar="A,B,...",
         help="with --split val: score each α and keep the best in the folder's config.json",
+    )
+    p.add_argument(
+        "--length-normalization",
+        type=normalization_list,
+        default=None,
+        metavar="NAME[,NAME]",
+        help="lp(Y) of the length penalty: gnmt, ((5 + |Y|) / 6)^α; power, |Y|^α, as transformers' generate and "
+        "CTranslate2 (default: the folder's). With --tune-length-penalty, gnmt,power tunes α under both and keeps "
+        f"power where its best val BLEU is within {PORTABLE_BLEU_MARGIN} of gnmt's",
     )
     p.add_argument(
         "--calibrate-confidence",

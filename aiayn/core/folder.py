@@ -51,6 +51,8 @@ RUN_FILES = (
 # config.json's sections: ``model`` (the architecture), ``onnx`` (the contract and the hashes the graphs came
 # from, written by export), ``search`` (decoding defaults tuned on val, like generation_config.json).
 MODEL_SECTION, ONNX_SECTION, SEARCH_SECTION = "model", "onnx", "search"
+# In the search section's ``tuned_on``: the normalisation the section held before tuning chose one (None: none).
+NORMALIZATION_BEFORE = "length_normalization_before"
 # ``clauses``: how long a sentence may get before the service translates it clause by clause (text/clauses.py).
 CLAUSES_SECTION = "clauses"
 # ``confidence``: the mean log-probability per token under which a translation is called unsure, set on val.

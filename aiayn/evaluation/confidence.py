@@ -3,13 +3,14 @@
 The model is least sure where the text is least like its training data: on names, numbers, dates, other
 languages and technical prose, a Multi30k model writes fluent-looking nonsense ("John and Mary visit Berlin." →
 "Ein John und ein Pizzeria-Wagen.") with a mean log-probability per token far below that of a caption. The
-threshold flags the least sure ``FLAGGED_SHARE`` of the validation outputs. Through `aiayn translate` at beam 4,
-3 % of val flags 47 (en-de) and 48 (de-en) of the 50 out-of-domain lines of ``tests/serve/out_of_domain.tsv``;
-2 % would flag 44 and 45, 5 % 48 and 49: 3 % is where flagging more captions stops buying out-of-domain lines.
+threshold flags the least sure ``FLAGGED_SHARE`` of the validation outputs. Through `aiayn translate` at beam 4
+(the folders' |Y|^α), 3 % of val flags 47 (en-de) and 48 (de-en) of the 50 out-of-domain lines of
+``tests/serve/out_of_domain.tsv``; with the search's earlier finishing rule 2 % would have flagged 44 and 45, 5 % 48
+and 49: 3 % is where flagging more captions stops buying out-of-domain lines.
 
 Words (``search/words.py``): the word threshold marks a word in ``WORD_MARKED_SHARE`` of the validation outputs (the
-least sure word of each output against it). At beam 4, 5 % of val marks a word in 38 (en-de) and 36 (de-en) of the
-50 out-of-domain lines, and in 18 and 21 of the first 500 captions of test_2016_flickr (3.6 % and 4.2 %).
+least sure word of each output against it). At beam 4, 5 % of val marks a word in 39 (en-de) and 32 (de-en) of the
+50 out-of-domain lines, and in 17 and 20 of the first 500 captions of test_2016_flickr (3.4 % and 4.0 %).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def calibrate_confidence(
         "word_marked_share_on_val": round(float((least < word_threshold).mean()), 4),
         "beam_size": settings.beam_size,
         "length_penalty": settings.length_penalty,
+        "length_normalization": settings.length_normalization,
     }
     folder.write_section(CONFIDENCE_SECTION, section)
     return section

@@ -4,15 +4,17 @@ and score it with sacreBLEU and chrF. Torch-free itself: the engine (PyTorch or 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
-from aiayn.core.folder import SEARCH_SECTION, ModelFolder
+from aiayn.core.folder import NORMALIZATION_BEFORE, SEARCH_SECTION, ModelFolder
 from aiayn.data.multi30k import TEST_SPLIT, VALIDATION_SPLIT, ParallelCorpus, is_multi30k_pair, load_parallel
 from aiayn.data.sources import PairSource, TextFiles, TsvFile, languages_of_files, languages_of_tsv
 from aiayn.evaluation.metrics import Scores, score
+from aiayn.search.beam import PORTABLE_BLEU_MARGIN
 from aiayn.search.translator import SearchSettings, Translator
 
 
@@ -108,27 +110,50 @@ def evaluate(
 
 
 def tune_length_penalty(
-    folder: ModelFolder, translator: Translator, corpus: ParallelCorpus, beam_size: int, candidates: list[float]
-) -> dict[float, float]:
-    """§6.1's α, chosen on the validation split: BLEU for each candidate; the best is written into the
-    folder's config.json (``search``), where every later translation of the folder takes it from."""
+    folder: ModelFolder,
+    translator: Translator,
+    corpus: ParallelCorpus,
+    beam_size: int,
+    candidates: list[float],
+    normalizations: Sequence[str] = (),
+) -> dict[str, dict[float, float]]:
+    """§6.1's α, chosen on the validation split: BLEU for each normalisation (by default the folder's own) and
+    candidate α; the best is written into the folder's config.json (``search``), where every later translation of
+    the folder takes it from. Of several normalisations, ``power`` wins where its best BLEU is within
+    ``PORTABLE_BLEU_MARGIN`` of the best one's (else the best; the first listed wins a tie, of α too)."""
     if corpus.split != "val":
         raise ValueError(f"tune the length penalty on val only, not {corpus.split}: test sets are for reporting")
-    bleu, base = {}, SearchSettings(**folder.search_defaults())
-    for alpha in candidates:
-        settings = replace(base, beam_size=beam_size, length_penalty=alpha)
-        bleu[alpha] = evaluate(translator, corpus, settings, progress=False).scores.bleu
-    best = max(candidates, key=lambda alpha: bleu[alpha])  # the first listed wins a tie
+    base = SearchSettings(**folder.search_defaults())
+    bleu: dict[str, dict[float, float]] = {}
+    for normalization in normalizations or [base.length_normalization]:
+        bleu[normalization] = {}
+        for alpha in candidates:
+            settings = replace(base, beam_size=beam_size, length_penalty=alpha, length_normalization=normalization)
+            bleu[normalization][alpha] = evaluate(translator, corpus, settings, progress=False).scores.bleu
+    best = {normalization: max(candidates, key=scores.__getitem__) for normalization, scores in bleu.items()}
+    top = kept_normalization({normalization: bleu[normalization][alpha] for normalization, alpha in best.items()})
     folder.write_section(
         SEARCH_SECTION,
         {
-            **folder.section(SEARCH_SECTION),  # an imported checkpoint's beam and normalisation stay
-            "length_penalty": best,
+            **folder.section(SEARCH_SECTION),  # an imported checkpoint's beam stays
+            "length_penalty": best[top],
+            "length_normalization": top,
             "tuned_on": {
                 "split": corpus.split,
                 "beam_size": beam_size,
-                "bleu": {str(a): round(b, 2) for a, b in bleu.items()},
+                # What a continued run goes back to (train/start.py's continued_search): none, or a checkpoint's own.
+                NORMALIZATION_BEFORE: folder.section(SEARCH_SECTION).get("length_normalization"),
+                "bleu": {n: {str(a): round(b, 2) for a, b in scores.items()} for n, scores in bleu.items()},
             },
         },
     )
     return bleu
+
+
+def kept_normalization(best_bleu: dict[str, float]) -> str:
+    """Of the normalisations tuned, by each one's best val BLEU: ``power`` where it is within
+    ``PORTABLE_BLEU_MARGIN`` of the best, else the best (the first listed of equal ones)."""
+    top = max(best_bleu, key=best_bleu.__getitem__)
+    if "power" in best_bleu and best_bleu["power"] >= best_bleu[top] - PORTABLE_BLEU_MARGIN:
+        return "power"
+    return top

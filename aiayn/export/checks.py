@@ -18,7 +18,7 @@ from aiayn.engines.load import load_engine, translator_for
 from aiayn.engines.options import EngineOptions
 from aiayn.evaluation.evaluate import evaluate
 from aiayn.evaluation.metrics import Scores
-from aiayn.export.ctranslate2 import ctranslate2_greedy, export_ctranslate2
+from aiayn.export.ctranslate2 import ctranslate2_greedy, ctranslate2_outputs, export_ctranslate2
 from aiayn.export.onnx_export import export_onnx
 from aiayn.export.parity import TOLERANCE, ParityError, check_logits, count_identical, max_log_prob_diff
 from aiayn.model.transformer import Transformer
@@ -184,15 +184,29 @@ def report_fp16(folder: ModelFolder, sentences: list[str], check_sentences: int)
 def export_to_ctranslate2(
     model: Transformer, folder: ModelFolder, sentences: list[str], overwrite: bool = False
 ) -> list[str]:
-    """Write folder/ctranslate2 and show that its greedy output equals ours, token for token."""
+    """Write folder/ctranslate2 and show that its greedy output equals ours, token for token; and say how many of
+    its beam outputs at the folder's defaults do (``translate_batch_options``: exact where the folder's
+    normalisation is |Y|^α, CTranslate2's own, but for equal scores computed in another order)."""
     target = export_ctranslate2(model, folder.tokenizer, folder.path, overwrite)
     translator = translator_for(folder, torch_engine(folder, model))
-    ours = translator.translate_ids([translator.source_ids(s) for s in sentences], SearchSettings(beam_size=1))
+    sources = [translator.source_ids(s) for s in sentences]
+    ours = translator.translate_ids(sources, SearchSettings(beam_size=1))
     theirs = ctranslate2_greedy(folder.path, folder.tokenizer, sentences)
     same = sum(a == b for a, b in zip(theirs, ours, strict=True))
     if same != len(sentences):
         raise ValueError(f"{len(sentences) - same} CTranslate2 translations differ from ours")
-    return [f"wrote {target}", f"greedy {same}/{len(sentences)} identical (CTranslate2 vs PyTorch)"]
+    report = [f"wrote {target}", f"greedy {same}/{len(sentences)} identical (CTranslate2 vs PyTorch)"]
+    beam = SearchSettings.of(folder)
+    if beam.beam_size > 1:
+        ours = translator.translate_ids(sources, beam)
+        theirs = ctranslate2_outputs(folder.path, folder.tokenizer, sentences, beam)
+        same = sum(a == b for a, b in zip(theirs, ours, strict=True))
+        report.append(
+            f"beam {beam.beam_size} at translate_batch(beam_size={beam.beam_size}, length_penalty="
+            f"{beam.length_penalty}, min_decoding_length={beam.min_len}): {same}/{len(sentences)} identical"
+            + ("" if beam.length_normalization == "power" else " (CTranslate2 has |Y|^α, the folder GNMT's lp)")
+        )
+    return report
 
 
 def export_folder(

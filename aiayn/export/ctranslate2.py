@@ -22,6 +22,7 @@ leaves them out.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ from aiayn.model.layers import FeedForward, sinusoidal_positions
 from aiayn.model.transformer import Transformer
 from aiayn.model.weights import STORAGE_DTYPE
 from aiayn.search.greedy import EXTRA_LEN
+from aiayn.search.translator import SearchSettings
 
 # config.ACTIVATIONS by their names in ctranslate2.specs.common_spec.Activation (GELU is the erf one, as F.gelu).
 CTRANSLATE2 = Command("aiayn export --to ctranslate2", "move it away, or pass --overwrite to replace the folder whole")
@@ -147,10 +149,33 @@ def ctranslate2_sources(tokenizer: SubwordTokenizer, texts: list[str]) -> list[l
     return [[tokenizer.id_to_token(i) for i in tokenizer.encode_source(text)] for text in texts]
 
 
+def translate_batch_options(
+    config: ModelConfig, tokenizer: SubwordTokenizer, settings: SearchSettings
+) -> dict[str, Any]:
+    """``translate_batch``'s keyword arguments for our search at ``settings``, but for ``max_decoding_length`` (one
+    per call, where ours is each source's length + ``max_extra_len``): the beam and α (CTranslate2 divides by |Y|^α,
+    ``power``; it has no form of GNMT's), our finishing and stopping rule being its own, ``min_decoding_length`` 0
+    (its default, 1, bans </s> at the first step, where ours lets it end an output at once, as generate's does), the
+    ids never generated."""
+    return {
+        "beam_size": settings.beam_size,
+        "length_penalty": settings.length_penalty,
+        "min_decoding_length": settings.min_len,
+        "suppress_sequences": suppressed(config, tokenizer),
+    }
+
+
 def ctranslate2_greedy(
     folder: Path, tokenizer: SubwordTokenizer, texts: list[str], extra_len: int = EXTRA_LEN
 ) -> list[list[int]]:
-    """Greedy output ids from CTranslate2 for ``texts``, with our limit of source length + ``extra_len``.
+    """Greedy output ids from CTranslate2 for ``texts``, with our limit of source length + ``extra_len``."""
+    return ctranslate2_outputs(folder, tokenizer, texts, SearchSettings(beam_size=1, max_extra_len=extra_len))
+
+
+def ctranslate2_outputs(
+    folder: Path, tokenizer: SubwordTokenizer, texts: list[str], settings: SearchSettings
+) -> list[list[int]]:
+    """Output ids from CTranslate2 for ``texts`` at our search's ``settings`` (``translate_batch_options``).
 
     CTranslate2 takes one length limit per call, so sentences go in groups of equal source length.
     """
@@ -164,15 +189,12 @@ def ctranslate2_greedy(
     )
     vocab = tokenizer.tokenizer.get_vocab()
     sources = ctranslate2_sources(tokenizer, texts)
+    options = translate_batch_options(config, tokenizer, settings)
     outputs: list[list[int]] = [[] for _ in texts]
     for length in sorted({len(source) for source in sources}):
         group = [i for i, source in enumerate(sources) if len(source) == length]
-        results = translator.translate_batch(
-            [sources[i] for i in group],
-            beam_size=1,
-            max_decoding_length=length + extra_len,
-            suppress_sequences=suppressed(config, tokenizer),
-        )
+        limit = length + settings.max_extra_len
+        results = translator.translate_batch([sources[i] for i in group], max_decoding_length=limit, **options)
         for i, result in zip(group, results, strict=True):
             outputs[i] = [vocab[token] for token in result.hypotheses[0]]
     return outputs

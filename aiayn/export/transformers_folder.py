@@ -324,9 +324,34 @@ def card_use(folder: ModelFolder, name: str, start: Start) -> list[str]:
         "```",
         "",
         f'With transformers 4, `pipeline("translation", model="{name}")` translates as well (transformers 5 '
-        "removed that task). The tokenizer is `tokenizer.json`, which needs no SentencePiece; "
-        f"`generation_config.json` holds the beam size ({generation_config(folder, start)['num_beams']}) and length "
-        "penalty the model was tuned with.",
+        "removed that task). The tokenizer is `tokenizer.json`, which needs no SentencePiece.",
+        "",
+        *card_beam(folder, start),
+    ]
+
+
+def card_beam(folder: ModelFolder, start: Start) -> list[str]:
+    """The beam settings of generation_config.json, as generate and CTranslate2 take them, and whether they give
+    aiayn's lines: they share its finishing and stopping rules (fairseq's), so only the normalisation can differ."""
+    generation = generation_config(folder, start)
+    beams, alpha = generation["num_beams"], generation["length_penalty"]
+    ct2 = f"`translate_batch(tokens, beam_size={beams}, length_penalty={alpha}, min_decoding_length=0)`"
+    if ORIGINAL_LENGTH_NORMALIZATION in generation:
+        normalization = (
+            "The model ranks finished hypotheses by GNMT's ((5 + |Y|) / 6)^α, which neither `generate` nor "
+            "CTranslate2 can express: both divide by |Y|^α, so some of their beam lines differ from aiayn's."
+        )
+    else:
+        normalization = (
+            "The model ranks finished hypotheses by log-probability over |Y|^α, as `generate` and CTranslate2 do, "
+            "so their beam search gives aiayn's lines."
+        )
+    return [
+        f"`generation_config.json` holds the beam size ({beams}), the length penalty α ({alpha}) the model was tuned "
+        "with and `early_stopping: true`: a sentence is done once it holds as many finished hypotheses as beams, and "
+        "only an `</s>` ranked among the best `num_beams` candidates ends one (fairseq's rules, which `generate` and "
+        f"CTranslate2 share). {normalization} With CTranslate2: `ct2-transformers-converter --model DIR "
+        f"--output_dir ct2`, then {ct2} (its default minimum, 1, would keep `</s>` from ending an output at once).",
         "",
     ]
 

@@ -3,6 +3,12 @@
 A finished hypothesis is ranked by its log-probability over lp(|Y|): GNMT's ((5 + |Y|) / 6)^α by default,
 or |Y|^α (``power``), the normalisation of Hugging Face's ``generate`` that imported checkpoints were tuned with.
 
+Finishing rule (fairseq's, which transformers' ``generate`` and CTranslate2 share): each step ranks a sentence's
+best 2k candidates (beam, token) by summed log-probability, </s> ones included; a </s> ends a hypothesis only where
+it ranks among the best k ("only consider eos when it's among the top beam_size indices", fairseq's
+``sequence_generator.py``), the other </s> are dropped, and the first k live candidates are the beams (a freed beam is
+refilled from ranks k..2k-1).
+
 Stopping rule (fairseq's): a sentence is done once it holds ``beam_size`` finished
 hypotheses, when it reaches its length limit (its live beams are then finished as
 they are, without </s>), or when no live beam is left. With beam 1 this is exactly
@@ -31,6 +37,9 @@ class Hypothesis(Output):
 
 
 LENGTH_NORMALIZATIONS = ("gnmt", "power")
+# The val BLEU a folder may give up for |Y|^α (``power``), which transformers' ``generate`` and CTranslate2 reproduce
+# (GNMT's they cannot express): α tuned under both, power is kept within this of GNMT's best (``aiayn eval``).
+PORTABLE_BLEU_MARGIN = 0.1
 
 
 def length_penalty_of(length: int, alpha: float, normalization: str = "gnmt") -> float:
@@ -200,8 +209,8 @@ class Ranked(NamedTuple):
 
 def ranked_step(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarray, eos: int, k: int) -> Ranked:
     """Each sentence's best 2k continuations of its beams (``scores``, (n, w)) by each beam's best tokens
-    (``top_ids`` and ``top_log_probs``, (n * w, kk)), best first: the k live ones take the beams, and the </s> ones
-    among them end hypotheses."""
+    (``top_ids`` and ``top_log_probs``, (n * w, kk)), best first: the first k live ones take the beams, and the </s>
+    ones among the best k end hypotheses (the module's finishing rule)."""
     (n, w), kk = scores.shape, top_ids.shape[1]
     every = (scores.reshape(-1, 1) + top_log_probs).reshape(n, w * kk)
     # Columns run beam by beam, each beam's tokens best first and equal ones by id, so among equal
@@ -217,8 +226,7 @@ def ranked_step(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarr
     possible, is_eos = np.isfinite(log_prob), token == eos
     live = possible & ~is_eos
     live_rank = np.cumsum(live, axis=1)  # (n, m) live candidates up to each, itself included
-    in_beam = live_rank - live < k  # (n, m) fewer than k live candidates better than each
-    rows, cols = np.nonzero(live & in_beam)
+    rows, cols = np.nonzero(live & (live_rank <= k))  # the first k live ones
     slot = live_rank[rows, cols] - 1  # (live ones,) the beam each takes
     new_scores = np.full((n, k), -np.inf)
     parents = np.zeros((n, k), dtype=np.int64)
@@ -229,7 +237,8 @@ def ranked_step(scores: np.ndarray, top_log_probs: np.ndarray, top_ids: np.ndarr
     tokens[rows, slot] = token[rows, cols]
     new_own[rows, slot] = own[rows, cols]
     all_live = rows.size == n * k
-    ended = possible & is_eos & in_beam
+    ended = possible & is_eos
+    ended[:, k:] = False  # only a </s> among the best k ends a hypothesis
     if not ended.any():
         return Ranked(new_scores, parents, tokens, new_own, all_live, None)
     rows, cols = np.nonzero(ended)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.core.config import PRESETS, ModelConfig
-from aiayn.core.folder import CHECKPOINT_DIR, RUN_FILES, SEARCH_SECTION, ModelFolder
+from aiayn.core.folder import CHECKPOINT_DIR, NORMALIZATION_BEFORE, RUN_FILES, SEARCH_SECTION, ModelFolder
 from aiayn.core.outputs import Command, claim, mark
 from aiayn.data.prepare import PreparedData
 from aiayn.data.sources import PairSource
@@ -93,7 +93,12 @@ def continued_search(parent: ModelFolder) -> dict[str, Any]:
     section = parent.section(SEARCH_SECTION)
     if "tuned_on" not in section:
         return section
-    return {key: value for key, value in section.items() if key not in TUNED_SEARCH_KEYS}
+    kept = {key: value for key, value in section.items() if key not in TUNED_SEARCH_KEYS}
+    if NORMALIZATION_BEFORE in section["tuned_on"]:  # chosen on val too: back to the parent's own, if any
+        kept.pop("length_normalization", None)
+        if section["tuned_on"][NORMALIZATION_BEFORE] is not None:
+            kept["length_normalization"] = section["tuned_on"][NORMALIZATION_BEFORE]
+    return kept
 
 
 def open_data_and_folder(

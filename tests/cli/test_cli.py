@@ -24,8 +24,8 @@ LINES = ["Two dogs play in the snow.", "", "A girl jumps into the pool. A man is
 EXPECTED = [
     "Zwei Hunde spielen im Schnee.",
     "",
-    "Ein Mädchen springt ins Schwimmbecken. Ein Mann kocht.",
-    "Ein Hund rennt im Sand.",
+    "Ein Mädchen springt in das Schwimmbecken. Ein Mann kocht.",  # beam 4 at the folder's |Y|^α 1.4
+    "Ein Hund rennt auf dem Sand.",
 ]
 
 

@@ -217,6 +217,7 @@ def test_calibration_keeps_the_thresholds_that_flag_their_share_of_val(
         "word_marked_share_on_val": 0.0244,
         "beam_size": 2,
         "length_penalty": 0.8,
+        "length_normalization": "gnmt",
     }
     assert ModelFolder.open(folder.path).section(CONFIDENCE_SECTION) == section
     assert sum(progress) == 41 and len(progress) == 3

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from aiayn.cli import main
 from aiayn.core.folder import ModelFolder
 from aiayn.core.tokenizer import SubwordTokenizer
 from aiayn.data.multi30k import ParallelCorpus
@@ -18,7 +19,7 @@ from aiayn.engines import ONNX_PORTABLE
 from aiayn.engines.onnx.portable.engine import PortableOnnxEngine
 from aiayn.engines.options import EngineOptions
 from aiayn.engines.placement import Placement
-from aiayn.evaluation.evaluate import tune_length_penalty
+from aiayn.evaluation.evaluate import kept_normalization, tune_length_penalty
 from aiayn.evaluation.metrics import score
 from aiayn.search.step import FullDistributionStep
 from aiayn.search.translator import SearchSettings, Translator
@@ -43,11 +44,11 @@ def test_tuning_on_val_keeps_the_best_and_every_translation_uses_it(folder: Path
     )
     before = json.loads((folder / "config.json").read_text())
     val = ParallelCorpus(SENTENCES, SENTENCES, "en", "de", "val")
-    bleu = tune_length_penalty(ModelFolder.open(folder), translator, val, 3, [0.6, 1.2, 2.0])
+    (bleu,) = tune_length_penalty(ModelFolder.open(folder), translator, val, 3, [0.6, 1.2, 2.0]).values()
     best = max(bleu, key=lambda alpha: bleu[alpha])
     after = json.loads((folder / "config.json").read_text())
-    assert after["search"]["length_penalty"] == best
-    assert after["search"]["tuned_on"]["split"] == "val" and set(after["search"]["tuned_on"]["bleu"]) == {
+    assert after["search"]["length_penalty"] == best and after["search"]["length_normalization"] == "gnmt"
+    assert after["search"]["tuned_on"]["split"] == "val" and set(after["search"]["tuned_on"]["bleu"]["gnmt"]) == {
         "0.6",
         "1.2",
         "2.0",
@@ -118,7 +119,8 @@ def test_tuning_keeps_the_alpha_whose_translations_score_best(config_only: Path)
     translator = Translator(ShortOrLong(), WordCodec(), 64)
     sentence = " ".join(REFERENCE)
     val = ParallelCorpus([sentence, "two dogs"], [sentence, sentence], "en", "de", "val")
-    bleu = tune_length_penalty(ModelFolder.open(config_only), translator, val, 4, [0.6, 1.2, 2.0])
+    folder = ModelFolder.open(config_only)  # the bundled config: tuned under |Y|^α; here under GNMT's lp
+    bleu = tune_length_penalty(folder, translator, val, 4, [0.6, 1.2, 2.0], ["gnmt"])["gnmt"]
     assert bleu[0.6] == 0.0 and bleu[1.2] == bleu[2.0] == pytest.approx(100.0)
     assert SearchSettings.of(ModelFolder.open(config_only)).length_penalty == 1.2  # the best; of two equal, the first
 
@@ -152,7 +154,8 @@ def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
     power = [SearchSettings(2, alpha, length_normalization="power") for alpha in (0.3, 0.6, 2.0)]
     assert translator.settings == power  # the folder's normalisation, the beam asked for, each candidate α
     reference_bleu = score([sentence, sentence], [sentence, other]).bleu
-    assert bleu == {0.3: 0.0, 0.6: reference_bleu, 2.0: reference_bleu} and round(reference_bleu, 2) != reference_bleu
+    assert bleu == {"power": {0.3: 0.0, 0.6: reference_bleu, 2.0: reference_bleu}}
+    assert round(reference_bleu, 2) != reference_bleu
     assert ModelFolder.open(config_only).section("search") == {
         "beam_size": 6,
         "length_normalization": "power",
@@ -160,7 +163,8 @@ def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
         "tuned_on": {
             "split": "val",
             "beam_size": 2,
-            "bleu": {"0.3": 0.0, "0.6": round(reference_bleu, 2), "2.0": round(reference_bleu, 2)},
+            "length_normalization_before": "power",
+            "bleu": {"power": {"0.3": 0.0, "0.6": round(reference_bleu, 2), "2.0": round(reference_bleu, 2)}},
         },
     }
     assert capsys.readouterr().err == ""  # no progress bar per candidate
@@ -172,3 +176,33 @@ def test_tuning_searches_with_the_folders_own_settings_and_keeps_them(
     assert (
         str(refused.value) == "tune the length penalty on val only, not test_2016_flickr: test sets are for reporting"
     )
+
+
+def test_tuned_under_both_normalizations_power_is_kept_within_the_margin(config_only: Path) -> None:
+    """gnmt,power: α under each; |Y|^α, which generate and CTranslate2 reproduce, is kept unless GNMT's best val
+    BLEU beats its best by more than PORTABLE_BLEU_MARGIN. ShortOrLong's reference wins from α ≈ 0.33 under |Y|^α
+    and from α ≈ 0.86 under GNMT's: at 0.6 only power finds it, at 1.2 both."""
+    sentence = " ".join(REFERENCE)
+    val = ParallelCorpus([sentence], [sentence], "en", "de", "val")
+    translator = Translator(ShortOrLong(), WordCodec(), 64)
+    bleu = tune_length_penalty(ModelFolder.open(config_only), translator, val, 2, [0.6, 1.2], ["gnmt", "power"])
+    assert bleu == {
+        "gnmt": {0.6: 0.0, 1.2: pytest.approx(100.0)},
+        "power": {0.6: pytest.approx(100.0), 1.2: pytest.approx(100.0)},
+    }
+    section = ModelFolder.open(config_only).section("search")
+    assert (section["length_normalization"], section["length_penalty"]) == ("power", 0.6)
+    assert section["tuned_on"]["bleu"] == {"gnmt": {"0.6": 0.0, "1.2": 100.0}, "power": {"0.6": 100.0, "1.2": 100.0}}
+    assert SearchSettings.of(ModelFolder.open(config_only)) == SearchSettings(4, 0.6, length_normalization="power")
+    assert kept_normalization({"gnmt": 42.34, "power": 42.25}) == "power"
+    assert kept_normalization({"gnmt": 42.36, "power": 42.25}) == "gnmt"
+    assert kept_normalization({"power": 40.0, "gnmt": 42.0}) == "gnmt"
+    assert kept_normalization({"gnmt": 41.0}) == "gnmt"
+
+
+def test_eval_takes_a_known_normalization_and_two_only_to_tune(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "--length-normalization", "gnmt,cubic"])
+    assert "expected gnmt or power, or both separated by a comma; got gnmt,cubic" in capsys.readouterr().err
+    assert main(["eval", "--length-normalization", "gnmt,power"]) == 2
+    assert "--length-normalization takes one name, unless with --tune-length-penalty" in capsys.readouterr().err

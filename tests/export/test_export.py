@@ -37,6 +37,7 @@ from aiayn.engines.placement import Placement
 from aiayn.engines.pytorch import TorchEngine
 from aiayn.evaluation.metrics import score
 from aiayn.export import checks
+from aiayn.export.checks import export_to_ctranslate2
 from aiayn.export.ctranslate2 import ctranslate2_greedy, export_ctranslate2
 from aiayn.export.onnx_export import MIN_COMPACT_ELEMENTS, export_onnx
 from aiayn.export.parity import ParityError, check_logits, count_identical, lockstep_max_diff
@@ -225,6 +226,22 @@ def test_ctranslate2_decodes_exactly_like_ours(folder: Path, tmp_path: Path) -> 
     ours = translator.translate_ids([translator.source_ids(s) for s in SENTENCES], SearchSettings(beam_size=1))
     assert ctranslate2_greedy(copy, tokenizer, SENTENCES) == ours
 
+
+
+@pytest.mark.parametrize("normalization", ["power", "gnmt"])
+def test_ctranslate2_beam_at_the_folders_defaults_is_ours(folder: Path, tmp_path: Path, normalization: str) -> None:
+    """`aiayn export --to ctranslate2` says how many of its check sentences CTranslate2's beam at the folder's
+    defaults gives as ours (``translate_batch_options``): every one where the folder ranks by |Y|^α, CTranslate2's
+    normalisation, and it names GNMT's, which CTranslate2 does not have."""
+    copy = tmp_path / "ct2"
+    shutil.copytree(folder, copy)
+    ModelFolder.open(copy).write_section("search", {"length_penalty": 1.0, "length_normalization": normalization})
+    report = export_to_ctranslate2(load_model(copy), ModelFolder.open(copy), SENTENCES)
+    beam = "beam 4 at translate_batch(beam_size=4, length_penalty=1.0, min_decoding_length=0): "
+    if normalization == "power":
+        assert report[-1] == beam + f"{len(SENTENCES)}/{len(SENTENCES)} identical"
+    else:
+        assert report[-1].startswith(beam) and report[-1].endswith("(CTranslate2 has |Y|^α, the folder GNMT's lp)")
 
 def test_ctranslate2_decodes_a_marian_like_folder_exactly_like_ours(marian_like_folder: Path, tmp_path: Path) -> None:
     """SiLU, sin | cos halves, the logits bias, </s> at 0, <pad> as the start token and never generated: all

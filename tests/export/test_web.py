@@ -7,9 +7,11 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from aiayn.bench.web import (
@@ -31,6 +33,8 @@ from aiayn.engines.onnx.external_data import EXTERNAL_DATA_FILE
 from aiayn.engines.options import EngineOptions
 from aiayn.export.npm import PACKAGES, matches
 from aiayn.export.web import ISOLATION_HEADERS, PREVIEW_FILE, export_web
+from aiayn.search import beam_search
+from aiayn.search.step import FullDistributionStep
 from aiayn.serve.service import LoadedModel, TranslationService
 
 # The parts of a page's loading that page/aiayn.js times.
@@ -131,6 +135,59 @@ def test_the_browser_marks_the_words_the_cli_marks(
     assert [m["translation"] for m in marked] == done.line_texts()
     expected = [[list(span) for span in line.unsure_words] for line in done.lines]
     assert [m["unsure_words"] for m in marked] == expected and sum(map(bool, expected)) >= 5
+
+
+# A scripted decoder for beam 2, as log-probabilities after each prefix (ids: <pad> 0, <s> 1, </s> 2, then a, b, c);
+# any other prefix ends. Its second step ranks <s> a </s>, the live <s> a c, then <s> b </s> (one live candidate
+# above it, but not among the best 2): fairseq's rule drops that </s>, and <s> a c </s> wins at α 1.
+SCRIPTED = {
+    (1,): [-np.inf, -np.inf, np.log(0.1), np.log(0.6), np.log(0.2), np.log(0.1)],
+    (1, 3): [-np.inf, -np.inf, np.log(0.45), np.log(0.075), np.log(0.075), np.log(0.4)],
+    (1, 4): [-np.inf, -np.inf, np.log(0.4), np.log(0.2), np.log(0.2), np.log(0.2)],
+}
+SCRIPTED_END = [-np.inf, -np.inf, 0.0, -9.0, -9.0, -9.0]
+
+
+@dataclass(frozen=True)
+class Scripted(FullDistributionStep[list[tuple[int, ...]]]):
+    bos_id, eos_id, pad_id = 1, 2, 0
+    never_generate: tuple[int, ...] = ()
+
+    def start(self, src_ids: np.ndarray) -> list[tuple[int, ...]]:
+        return [() for _ in src_ids]
+
+    def step(self, state: list[tuple[int, ...]], tgt_ids: np.ndarray) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+        state = [(*prefix, int(t)) for prefix, t in zip(state, tgt_ids[:, 0], strict=True)]
+        return np.array([SCRIPTED.get(prefix, SCRIPTED_END) for prefix in state], np.float32), state
+
+    def select(self, state: list[tuple[int, ...]], rows: np.ndarray) -> list[tuple[int, ...]]:
+        return [state[i] for i in rows]
+
+
+def test_the_browser_search_ends_a_hypothesis_by_fairseqs_rule(pages: dict[str, Any]) -> None:
+    """search.js's beam over the scripted decoder: only a </s> among the best k ends a hypothesis, as beam.py."""
+    script = """async ([rows, end]) => {
+        const { searchAll } = await import(new URL("search.js", location.href));
+        const table = new Map(rows);
+        const engine = {
+            bos: 1, eos: 2, vocab: end.length, neverGenerate: new Set(),
+            async start(srcIds) { return srcIds.map(() => []); },
+            async step(state, last) {
+                const prefixes = state.map((prefix, r) => [...prefix, last[r]]);
+                const values = prefixes.flatMap((prefix) => table.get(prefix.join(",")) ?? end);
+                return [Float32Array.from(values, (v) => (v === null ? -Infinity : v)), prefixes];
+            },
+            select(state, rows) { return rows.map((r) => state[r]); },
+        };
+        const settings = { max_sentences: 8, max_tokens: 1000, max_extra_len: 5, length_penalty: 1.0,
+                           length_normalization: "gnmt" };
+        return (await searchAll(engine, [[3, 2]], settings, 2))[0].tokens;
+    }"""
+    finite = {",".join(map(str, key)): [None if v == -np.inf else v for v in row] for key, row in SCRIPTED.items()}
+    end = [None if v == -np.inf else v for v in SCRIPTED_END]
+    got = pages["en-de"].evaluate(script, [list(finite.items()), end])
+    (ours,) = beam_search(Scripted(), np.array([[3, 2]]), 2, 1.0, max_len=7)
+    assert got == ours.tokens == [3, 5]
 
 
 @pytest.fixture(scope="module")

@@ -148,6 +148,22 @@ def test_an_early_eos_does_not_take_a_live_beams_place() -> None:
     assert [h.tokens for h in nbest] == [[], [b]]
 
 
+def test_only_an_eos_among_the_best_k_ends_a_hypothesis() -> None:
+    """fairseq's, generate's and CTranslate2's finishing rule: beam 2, whose second step ranks <s> a </s>, then the
+    live <s> a 5, then <s> b </s> third. That </s> has one live candidate above it, fewer than k, but ranks below the
+    best k, so it is dropped; <s> b a takes the second beam and the search goes on to finish <s> a 5 </s>."""
+    vocab, a, b, c = 6, 3, 4, 5
+    table = np.full((KEYS, vocab, POSITIONS, vocab), 1e-3)
+    table[..., EOS] = 1.0  # by default, stop
+    table[:, BOS, 0, [a, b, EOS, c]] = [0.6, 0.2, 0.1, 0.1]
+    table[:, a, 1, [EOS, c, a, b]] = [0.6, 0.3, 0.05, 0.05]  # <s> a </s>: 0.36, <s> a 5: 0.18
+    table[:, b, 1, [EOS, a, b, c]] = [0.4, 0.2, 0.2, 0.2]  # <s> b </s>: 0.08, third
+    model = ToyModel.from_weights(table)
+    nbest = beam_search_nbest(model, source(3), beam_size=2)[0]
+    assert [h.tokens for h in nbest] == [[a], [a, c]]
+    assert model.rows_per_step == [1, 2, 2]  # the third step is searched: <s> b </s> did not make 2 finished
+
+
 def test_top_columns_breaks_ties_by_the_lower_index() -> None:
     scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [-np.inf, -np.inf, 0.5, -np.inf, -np.inf, -np.inf]])
     assert top_columns(scores, 2).tolist() == [[1, 2], [2, 0]]
@@ -516,7 +532,9 @@ def test_translator_outputs_take_the_settings_lengths(beam: int) -> None:
     outputs = never_ends.outputs(sources, SearchSettings(beam, max_extra_len=2))
     assert [len(o.tokens) for o in outputs] == [6, 4, 8]  # each its own source length + 2
     ends_at_once = Translator(EndsAtOnce(ToyModel.random(vocab=7, seed=1).table), WordLengths(), 100)
-    outputs = ends_at_once.outputs(sources, SearchSettings(beam, min_len=3))
+    # α = 0: no longer hypothesis, which a live candidate ranked above a </s> lets the beam go on to, can beat the
+    # best one </s> ends at the first length it may.
+    outputs = ends_at_once.outputs(sources, SearchSettings(beam, length_penalty=0.0, min_len=3))
     assert [len(o.tokens) for o in outputs] == [3, 3, 3] and all(o.ended for o in outputs)
 
 

@@ -69,8 +69,9 @@ def reference_greedy(model: Tied, limit: int, min_len: int) -> tuple[list[int], 
 def reference_beam(
     model: Tied, k: int, limit: int, min_len: int, alpha: float, normalization: str
 ) -> list[tuple[list[int], float, bool, list[float], float]]:
-    """fairseq's stopping rule as beam.py states it, one sentence: every (beam, token) of the vocabulary ranked by
-    its log-probability, then beam, then id; </s> ends a hypothesis where fewer than k live ones are better."""
+    """fairseq's finishing and stopping rules as beam.py states them, one sentence: every allowed (beam, token) of
+    the vocabulary ranked by its log-probability, then beam, then id; a </s> ranked among the best k ends a
+    hypothesis, any other is dropped, and the first k live ones are the beams."""
     beams: list[tuple[list[int], list[float], float]] = [([], [], 0.0)]  # the live ones: tokens, own, log-prob
     finished: list[tuple[list[int], float, bool, list[float], float]] = []
     ended = 0
@@ -82,16 +83,16 @@ def reference_beam(
             values = model.row([BOS, *tokens])
             candidates += [(score + float(values[i]), b, i, float(values[i])) for i in range(model.vocab)]
         candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+        allowed = [c for c in candidates if c[2] not in banned]
         taken: list[tuple[list[int], list[float], float]] = []
-        for total, b, token, value in candidates:
+        for rank, (total, b, token, value) in enumerate(allowed):
             if len(taken) == k or not np.isfinite(total):
                 break
-            if token in banned:
-                continue
             tokens, own, _ = beams[b]
             if token == EOS:
-                finished.append((tokens, total, True, own, total / lp))
-                ended += 1
+                if rank < k:
+                    finished.append((tokens, total, True, own, total / lp))
+                    ended += 1
             else:
                 taken.append(([*tokens, token], [*own, value], total))
         beams = taken

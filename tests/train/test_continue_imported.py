@@ -115,3 +115,8 @@ def test_a_continued_run_keeps_the_parents_decoding_defaults_but_not_what_was_tu
         "length_normalization": "power",
     }
     assert continued_search(ModelFolder(Path("unused"), {SEARCH_SECTION: tuned})) == {}  # a folder trained here
+    # The normalisation chosen on val too (`aiayn eval --length-normalization gnmt,power`): back to the parent's own.
+    chosen = {"length_penalty": 1.4, "length_normalization": "power"}
+    for before, kept in ((None, {}), ("power", {"length_normalization": "power"})):
+        section = {**chosen, "tuned_on": {"split": "val", "length_normalization_before": before}}
+        assert continued_search(ModelFolder(Path("unused"), {SEARCH_SECTION: section})) == kept

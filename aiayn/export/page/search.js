@@ -127,9 +127,10 @@ async function beam(engine, srcIds, k, alpha, normalization, limits) {
       const newTokens = Array(k).fill(eos);
       const newValues = Array(k).fill(0);
       let liveAbove = 0;
-      for (const c of best) {
+      // beam.py's finishing rule (fairseq's): only a </s> among the best k ends a hypothesis, the others are dropped.
+      for (const [rank, c] of best.entries()) {
         const finite = Number.isFinite(c.score);
-        if (finite && c.token === eos && liveAbove < k) {
+        if (finite && c.token === eos && rank < k) {
           const output = tokens[r][c.parent].slice();
           const values = own[r][c.parent].slice();
           finished[sentence].push({ tokens: output, tokenLogProbs: values, logProb: c.score, score: c.score / penalty });
