@@ -121,6 +121,7 @@ SERVERS = {
     "serve --model models/en-de --variant w8": "tests/test_readme.py::test_the_readmes_model_servers_serve",
     "serve --model models/en-por --model models/en-pob": "tests/test_readme.py::test_the_readmes_model_servers_serve",
     "serve --ray --replicas 2": "tests/serve/test_ray.py::served",
+    "serve --mcp --api-keys keys.txt": "tests/serve/test_libretranslate.py::server",  # with --device cpu, as above
     "serve --model runs/en-es": "tests/cli/test_journey.py",  # the journey's own trained folder, served
 }
 

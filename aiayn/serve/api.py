@@ -192,22 +192,32 @@ def request_schema(limits: Limits, served: list[str]) -> dict[str, Any]:
     }
 
 
+def error_answer(why: str, retry: bool = False) -> dict[str, Any]:
+    """An OpenAPI answer of a refusal: ``{"error": ...}``, with ``Retry-After`` where ``retry``."""
+    answer: dict[str, Any] = {"description": why, "content": {MEDIA_TYPE: {"schema": ERROR_SCHEMA}}}
+    header = {"description": "seconds to wait before asking again", "schema": {"type": "string"}}
+    return answer | ({"headers": {"Retry-After": header}} if retry else {})
+
+
+def refusals_described(limits: Limits, media_type: str = MEDIA_TYPE) -> dict[int, dict[str, Any]]:
+    """Every refusal a JSON door answers, by its status (403 and 429: with ``--api-keys`` alone, ``api_keys.py``)."""
+    return {
+        400: error_answer("not JSON, nested too deep, or a number out of range"),
+        403: error_answer("no valid API key (--api-keys)"),
+        413: error_answer(f"a body over {limits.max_body_bytes} bytes, or over the key's characters"),
+        415: error_answer(f"not sent as Content-Type: {media_type}"),
+        422: error_answer("a field missing, unknown or wrong, or a line the model cannot take"),
+        429: error_answer("over the key's rate (--api-keys)", retry=True),
+        503: error_answer("busy, past its time limit, or draining", retry=True),
+    }
+
+
 def described(limits: Limits, served: list[str]) -> dict[str, Any]:
     """The route's OpenAPI description: its body and every answer, each refusal by its status."""
-
-    def error(why: str, retry: bool = False) -> dict[str, Any]:
-        answer: dict[str, Any] = {"description": why, "content": {MEDIA_TYPE: {"schema": ERROR_SCHEMA}}}
-        header = {"description": "seconds to wait before asking again", "schema": {"type": "string"}}
-        return answer | ({"headers": {"Retry-After": header}} if retry else {})
-
     return {
         "responses": {
             200: {"description": "the translations", "content": {MEDIA_TYPE: {"schema": ANSWER_SCHEMA}}},
-            400: error("not JSON, nested too deep, or a number out of range"),
-            413: error(f"a body over {limits.max_body_bytes} bytes"),
-            415: error(f"not sent as Content-Type: {MEDIA_TYPE}"),
-            422: error("a field missing, unknown or wrong, or a line the model cannot take"),
-            503: error("busy, past its time limit, or draining", retry=True),
+            **refusals_described(limits),
         },
         "openapi_extra": {
             "requestBody": {"required": True, "content": {MEDIA_TYPE: {"schema": request_schema(limits, served)}}}

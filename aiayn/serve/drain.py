@@ -103,12 +103,16 @@ class Lifecycle:
             self.open_work -= units
             self.changed.notify_all()
 
+    def sweep(self) -> None:
+        """Let go of the work no client holds any more (``PageWork.sweep``): before each look at ``open_work``."""
+        for sweep in self.sweeps:
+            sweep()
+
     def wait_answered(self, seconds: float) -> int:
         """Until every accepted unit of work is answered, for at most ``seconds``: the units left (cut)."""
         deadline = time.monotonic() + seconds
         while True:
-            for sweep in self.sweeps:
-                sweep()
+            self.sweep()
             with self.changed:
                 if self.open_work <= 0 or (left := deadline - time.monotonic()) <= 0:
                     return self.open_work

@@ -44,6 +44,7 @@ from aiayn.serve.api import (
     json_of,
     json_route,
     media_type_of,
+    refusals_described,
     searched_within,
 )
 from aiayn.serve.limits import DEFAULT_LIMITS, Limits, Reason, Refused
@@ -54,6 +55,7 @@ FORM = "application/x-www-form-urlencoded"
 FORMATS = ("text", "html")
 AUTO = "auto"
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key")
+DETECT_FIELDS = ("q", "api_key")
 # LibreTranslate names each language; the served folders give only codes. The names of ISO 639-1's most translated
 # languages, and a code outside them is its own name.
 NAMES = {
@@ -218,6 +220,13 @@ def texts_of(fields: dict[str, Any], limits: Limits) -> tuple[list[str], bool]:
     return texts, isinstance(q, list)
 
 
+def check_known(fields: dict[str, Any], names: tuple[str, ...]) -> None:
+    """Every field one of ``names``, else a refusal naming the others."""
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+        raise bad_field(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(names)}")
+
+
 def alternatives_of(value: Any) -> int:
     """``alternatives``: how many other translations a text asks for, a whole number from 0 (none: 0)."""
     if value is None or value == "":
@@ -239,9 +248,7 @@ class Asked:
     """A checked ``POST /translate``: its texts, format and the direction of each."""
 
     def __init__(self, fields: dict[str, Any], served: dict[str, Direction], limits: Limits) -> None:
-        unknown = sorted(set(fields) - set(FIELDS))
-        if unknown:
-            raise bad_field(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(FIELDS)}")
+        check_known(fields, FIELDS)
         self.texts, self.many = texts_of(fields, limits)
         source, target = code_field(fields, "source"), code_field(fields, "target")
         self.format = fields.get("format") or "text"
@@ -305,6 +312,37 @@ async def searched_by_direction(
     return translations, others
 
 
+# Any value: without --api-keys a key is ignored, whatever it is (deep-translator sends one where none is needed).
+API_KEY = {"description": "the caller's key, with --api-keys (api_keys.py); else ignored"}
+TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+# Each door's body and answer, as LibreTranslate's own API documents them, for ``/openapi.json``.
+TRANSLATE_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["q", "source", "target"],
+    "additionalProperties": False,
+    "properties": {
+        "q": TEXTS,
+        "source": {"type": "string", "description": f"a served source's code, or {AUTO}"},
+        "target": {"type": "string", "description": "a served target's code"},
+        "format": {"enum": list(FORMATS)},
+        "alternatives": {"type": "integer", "minimum": 0, "description": "other translations: at most the beam's"},
+        "api_key": API_KEY,
+    },
+}
+TRANSLATE_ANSWER: dict[str, Any] = {"type": "object", "required": ["translatedText"]}
+DETECT_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["q"],
+    "additionalProperties": False,
+    "properties": {"q": TEXTS, "api_key": API_KEY},
+}
+DETECT_ANSWER: dict[str, Any] = {"type": "array", "items": {"type": "object", "required": ["language", "confidence"]}}
+LANGUAGES_ANSWER: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "object", "required": ["code", "name", "targets"]},
+}
+
+
 def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> list[BaseRoute]:
     """The server's JSON doors over the models ``service`` has loaded: ``POST /v1/translate`` and LibreTranslate's,
     their sentences counted together (one ``Waiting``)."""
@@ -335,6 +373,7 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
 
     async def detect(request: Request) -> JSONResponse:
         async def answer(fields: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
+            check_known(fields, DETECT_FIELDS)
             texts, _ = texts_of(fields, limits)
             sources = list(dict.fromkeys(s for s, _ in by_pair(directions(dict(service.models)))))
             return [detected(language) for language in await run_in_threadpool(ranked, " ".join(texts), sources)]
@@ -343,7 +382,32 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
 
     return [
         json_route(service, limits, waiting),
-        APIRoute("/translate", translate, methods=["POST"], name="libretranslate"),
-        APIRoute("/languages", languages_served, methods=["GET", "POST"], name="languages"),
-        APIRoute("/detect", detect, methods=["POST"], name="detect"),
+        APIRoute(
+            "/translate",
+            translate,
+            methods=["POST"],
+            name="libretranslate",
+            **described(limits, TRANSLATE_ANSWER, TRANSLATE_BODY),
+        ),
+        APIRoute(
+            "/languages",
+            languages_served,
+            methods=["GET", "POST"],
+            name="languages",
+            **described(limits, LANGUAGES_ANSWER),
+        ),
+        APIRoute("/detect", detect, methods=["POST"], name="detect", **described(limits, DETECT_ANSWER, DETECT_BODY)),
     ]
+
+
+def described(limits: Limits, answer: dict[str, Any], body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A LibreTranslate door's OpenAPI description: its ``answer``, its ``body`` (JSON or a form; None: none) and
+    each refusal by its status as the JSON route's (``api.refusals_described``)."""
+    ok = {"description": "answered", "content": {MEDIA_TYPE: {"schema": answer}}}
+    if body is None:
+        return {"responses": {200: ok}}
+    content = {MEDIA_TYPE: {"schema": body}, FORM: {"schema": body}}
+    return {
+        "responses": {200: ok, **refusals_described(limits, f"{MEDIA_TYPE} or {FORM}")},
+        "openapi_extra": {"requestBody": {"required": True, "content": content}},
+    }

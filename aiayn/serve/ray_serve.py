@@ -190,6 +190,9 @@ class PageIngress:
         self.lifecycle.drain()
 
     def open_work(self) -> int:
+        """The work accepted and not yet answered, once what no client holds is let go (a tab closed between its
+        join and its stream), as the page server's own drain sees it."""
+        self.lifecycle.sweep()
         return self.lifecycle.open_work
 
 

@@ -28,8 +28,10 @@ import aiayn.serve.drain
 from aiayn.bench.crowd import Connection, completed_data
 from aiayn.bench.serving import free_port
 from aiayn.engines.options import EngineOptions
+from aiayn.serve.doors import Doors
 from aiayn.serve.drain import Lifecycle, serve_until_stopped
 from aiayn.serve.health import health_routes, unhealthy_because
+from aiayn.serve.limits import DEFAULT_LIMITS
 from aiayn.serve.operations import Message, Operations, Receive, Scope, Send
 from aiayn.serve.page import FALLBACK_EXAMPLES, build_app
 from aiayn.serve.server import follow_up_events
@@ -247,15 +249,16 @@ def test_readiness_turns_503_when_a_search_worker_dies(service: TranslationServi
 
 
 class Door:
-    """The page server's middleware over a stand-in for Gradio, on an event loop of its own, as the drain's thread
-    sees it: each request a task; a join answered at once, anything else held open until ``close``d."""
+    """The page server's middlewares (the operations', the doors' inside it, as ``operations.operated`` stacks them)
+    over a stand-in for Gradio, on an event loop of its own, as the drain's thread sees it: each request a task; a
+    join answered at once, anything else held open until ``close``d."""
 
     def __init__(self, lifecycle: Lifecycle) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.held: dict[str, asyncio.Event] = {}
-        self.operations = Operations(self.app, lifecycle, None)
+        self.operations = Operations(Doors(self.app, DEFAULT_LIMITS), lifecycle, None)
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]

@@ -293,15 +293,19 @@ def test_metrics_name_a_model_by_its_folders_name_never_its_path(
 def test_the_openapi_document_describes_our_doors_and_none_of_gradios(server: Any) -> None:
     status, body = get(server, "/openapi.json")
     document = json.loads(body)
-    assert status == 200 and sorted(document["paths"]) == ["/healthz", "/metrics", "/openapi.json", "/readyz", PATH]
+    ours = ["/detect", "/healthz", "/languages", "/metrics", "/openapi.json", "/readyz", "/translate", PATH]
+    assert status == 200 and sorted(document["paths"]) == ours  # LibreTranslate's doors beside ours
     translate = document["paths"][PATH]["post"]
     schema = translate["requestBody"]["content"]["application/json"]["schema"]
     sentences = schema["properties"]["sentences"]
     assert (sentences["maxItems"], sentences["items"]["maxLength"]) == (MAX_SENTENCES_PER_REQUEST, MAX_CHARS)
     assert schema["properties"]["direction"]["enum"] == ["en-de"]
-    assert sorted(translate["responses"]) == ["200", "400", "413", "415", "422", "503"]
+    assert sorted(translate["responses"]) == ["200", "400", "403", "413", "415", "422", "429", "503"]
     error = translate["responses"]["422"]["content"]["application/json"]["schema"]
     assert error["required"] == ["error"]
+    libre = document["paths"]["/translate"]["post"]
+    assert sorted(libre["requestBody"]["content"]) == ["application/json", "application/x-www-form-urlencoded"]
+    assert sorted(libre["responses"]) == sorted(translate["responses"])
 
 
 def test_a_json_door_mounted_later_is_in_the_document() -> None:
