@@ -49,6 +49,7 @@ class Served:
     lifecycle: Lifecycle
     metrics: metrics.Metrics
     log: io.StringIO
+    access_log: AccessLog  # its thread writes ``log``: flushed before a test reads it afresh
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +60,13 @@ def served(bundled: dict[str, Path]) -> Iterator[Served]:
     service = TranslationService(EngineOptions(device="cpu"))
     page, port = build_app(service, ["en-de"]), free_port()
     routes = [json_route(service), *health_routes(lifecycle), metrics.metrics_route(fresh)]
-    middleware = [Middleware(Operations, lifecycle=lifecycle, log=AccessLog("json", out=log))]
+    access_log = AccessLog("json", out=log)
+    middleware = [Middleware(Operations, lifecycle=lifecycle, log=access_log)]
     launch(page, port=port, routes=routes, middleware=middleware)
     lifecycle.ready()
     metrics.serving(models_served(service))
     try:
-        yield Served(port, lifecycle, fresh, log)
+        yield Served(port, lifecycle, fresh, log, access_log)
     finally:
         page.close()
         metrics.RECORDER.metrics = None
@@ -165,6 +167,7 @@ def test_the_health_routes_say_ready_and_serving(served: Served) -> None:
 
 
 def test_the_access_log_has_a_line_a_request_without_the_users_text(served: Served) -> None:
+    served.access_log.flush()  # the earlier tests' lines written before the log is cleared
     served.log.truncate(0)
     served.log.seek(0)
     body = json.dumps({"sentences": ["A girl jumps into the pool.", "Two dogs play."], "direction": "en-de"})
