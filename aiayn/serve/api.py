@@ -81,6 +81,7 @@ def parsed(
     unknown = sorted(set(request) - {"sentences", "direction", "beam", "api_key"})  # a key: ``api_keys.py``'s
     if unknown:
         raise bad_field(f"unknown field(s) {', '.join(unknown)}; the fields are sentences, direction and beam")
+    check_api_key(request)
     sentences = request.get("sentences")
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise bad_field("sentences must be a list of strings")
@@ -92,6 +93,13 @@ def parsed(
     except BadRequest as err:
         raise bad_field(str(err)) from None
     return sentences, direction, direction.model.search.beam_size if beam is None else beam
+
+
+def check_api_key(fields: dict[str, Any]) -> None:
+    """A body's ``api_key``, where it names one, a string (``api_keys.py`` reads it; without ``--api-keys`` it is
+    ignored, yet still what ``API_KEY_SCHEMA`` says)."""
+    if not isinstance(fields.get("api_key", ""), str):
+        raise bad_field("api_key must be a string")
 
 
 def check_texts(texts: list[str], limits: Limits, field: str) -> None:
@@ -154,6 +162,7 @@ ERROR_SCHEMA = {
     "properties": {"error": {"type": "string", "description": "what was wrong, in one line"}},
     "additionalProperties": False,
 }
+API_KEY_SCHEMA = {"type": "string", "description": "the caller's key, with --api-keys (api_keys.py); else ignored"}
 ANSWER_SCHEMA = {
     "type": "object",
     "required": ["translations", "details", "direction", "beam"],
@@ -182,6 +191,7 @@ def request_schema(limits: Limits, served: list[str]) -> dict[str, Any]:
                 "description": f"at most {MAX_FILE_CHARS} characters together; no lone surrogate",
             },
             "direction": direction | ({"enum": served} if served else {}),
+            "api_key": API_KEY_SCHEMA,
             "beam": {
                 "type": ["integer", "null"],
                 "minimum": 1,

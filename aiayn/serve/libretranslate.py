@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 import threading
 from html.parser import HTMLParser
 from typing import Any
@@ -35,11 +36,13 @@ from starlette.routing import BaseRoute
 
 from aiayn.search.translator import MAX_BEAM
 from aiayn.serve.api import (
+    API_KEY_SCHEMA,
     MEDIA_TYPE,
     Waiting,
     answered,
     bad_field,
     bounded_body,
+    check_api_key,
     check_texts,
     json_of,
     json_route,
@@ -54,6 +57,18 @@ from aiayn.serve.service import TranslationService
 FORM = "application/x-www-form-urlencoded"
 FORMATS = ("text", "html")
 AUTO = "auto"
+# The most alternatives a request may ask for: the largest integer every JSON reader holds exactly (JavaScript's
+# Number.MAX_SAFE_INTEGER; /openapi.json states its bounds as floats). The beam gives at most MAX_BEAM - 1 of them.
+MAX_ALTERNATIVES = 2**53 - 1
+ALTERNATIVES_TEXT = re.compile(r"[0-9]{0,15}")  # a form sends the number as text ("" for none)
+ALTERNATIVES = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": MAX_ALTERNATIVES},
+        {"type": "string", "pattern": f"^{ALTERNATIVES_TEXT.pattern}$"},
+        {"type": "null"},
+    ],
+    "description": "how many other translations a text asks for (null: none); the beam gives at most its size less one",
+}
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key")
 DETECT_FIELDS = ("q", "api_key")
 # LibreTranslate names each language; the served folders give only codes. The names of ISO 639-1's most translated
@@ -228,13 +243,16 @@ def check_known(fields: dict[str, Any], names: tuple[str, ...]) -> None:
 
 
 def alternatives_of(value: Any) -> int:
-    """``alternatives``: how many other translations a text asks for, a whole number from 0 (none: 0)."""
-    if value is None or value == "":
+    """``alternatives``: how many other translations a text asks for (none, null or ``""``: 0), as
+    ``ALTERNATIVES`` describes it; never more than the widest beam holds."""
+    if value is None:
         return 0
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or isinstance(value, float):
-        raise bad_field("Invalid request: alternatives parameter is not a number")
-    return min(int(text), MAX_BEAM)  # never more than the widest beam holds
+    if isinstance(value, str) and ALTERNATIVES_TEXT.fullmatch(value):  # a form's or a query's
+        return min(int(value or 0), MAX_BEAM)
+    whole = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
+    if whole and 0 <= value <= MAX_ALTERNATIVES:  # JSON's 2.0 or 1e3 a whole number too, as to JSON Schema
+        return min(int(value), MAX_BEAM)
+    raise bad_field(f"Invalid request: alternatives parameter is not a number from 0 to {MAX_ALTERNATIVES}")
 
 
 def code_field(fields: dict[str, Any], name: str) -> str:
@@ -249,10 +267,13 @@ class Asked:
 
     def __init__(self, fields: dict[str, Any], served: dict[str, Direction], limits: Limits) -> None:
         check_known(fields, FIELDS)
+        check_api_key(fields)
         self.texts, self.many = texts_of(fields, limits)
         source, target = code_field(fields, "source"), code_field(fields, "target")
-        self.format = fields.get("format") or "text"
-        if self.format not in FORMATS:
+        self.format = fields.get("format", "text")
+        if self.format is None or self.format == "":
+            self.format = "text"
+        if not isinstance(self.format, str) or self.format not in FORMATS:
             raise bad_field(f"{self.format} format is not supported; the formats are {', '.join(FORMATS)}")
         self.alternatives = alternatives_of(fields.get("alternatives"))
         if self.alternatives and self.format != "text":
@@ -312,29 +333,37 @@ async def searched_by_direction(
     return translations, others
 
 
-# Any value: without --api-keys a key is ignored, whatever it is (deep-translator sends one where none is needed).
-API_KEY = {"description": "the caller's key, with --api-keys (api_keys.py); else ignored"}
 TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
-# Each door's body and answer, as LibreTranslate's own API documents them, for ``/openapi.json``.
-TRANSLATE_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["q", "source", "target"],
-    "additionalProperties": False,
-    "properties": {
-        "q": TEXTS,
-        "source": {"type": "string", "description": f"a served source's code, or {AUTO}"},
-        "target": {"type": "string", "description": "a served target's code"},
-        "format": {"enum": list(FORMATS)},
-        "alternatives": {"type": "integer", "minimum": 0, "description": "other translations: at most the beam's"},
-        "api_key": API_KEY,
-    },
-}
+
+
+def translate_body(served: dict[str, Direction]) -> dict[str, Any]:
+    """``POST /translate``'s body, as LibreTranslate's own API documents it, with the served codes."""
+    sources: dict[str, list[str]] = {}  # a target's sources
+    for source, target in by_pair(served):
+        sources.setdefault(target, []).append(source)
+    return {
+        "type": "object",
+        "required": ["q", "source", "target"],
+        "additionalProperties": False,
+        "anyOf": [{"properties": {"target": {"const": t}, "source": {"enum": [*s, AUTO]}}} for t, s in sources.items()],
+        "properties": {
+            "q": TEXTS,
+            "source": {"type": "string", "description": f"a code served to the target, or {AUTO}"},
+            "target": {"enum": list(sources), "description": "a served target's code"},
+            "format": {"enum": [*FORMATS, "", None], "description": "default (or empty, or null): text"},
+            "alternatives": ALTERNATIVES,
+            "api_key": API_KEY_SCHEMA,
+        },
+    }
+
+
+# The other doors' bodies and answers, as LibreTranslate's own API documents them, for ``/openapi.json``.
 TRANSLATE_ANSWER: dict[str, Any] = {"type": "object", "required": ["translatedText"]}
 DETECT_BODY: dict[str, Any] = {
     "type": "object",
     "required": ["q"],
     "additionalProperties": False,
-    "properties": {"q": TEXTS, "api_key": API_KEY},
+    "properties": {"q": TEXTS, "api_key": API_KEY_SCHEMA},
 }
 DETECT_ANSWER: dict[str, Any] = {"type": "array", "items": {"type": "object", "required": ["language", "confidence"]}}
 LANGUAGES_ANSWER: dict[str, Any] = {
@@ -374,6 +403,7 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
     async def detect(request: Request) -> JSONResponse:
         async def answer(fields: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
             check_known(fields, DETECT_FIELDS)
+            check_api_key(fields)
             texts, _ = texts_of(fields, limits)
             sources = list(dict.fromkeys(s for s, _ in by_pair(directions(dict(service.models)))))
             return [detected(language) for language in await run_in_threadpool(ranked, " ".join(texts), sources)]
@@ -387,7 +417,7 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
             translate,
             methods=["POST"],
             name="libretranslate",
-            **described(limits, TRANSLATE_ANSWER, TRANSLATE_BODY),
+            **described(limits, TRANSLATE_ANSWER, translate_body(directions(dict(service.models)))),
         ),
         APIRoute(
             "/languages",

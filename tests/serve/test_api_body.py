@@ -44,6 +44,7 @@ def test_a_body_gives_its_sentences_direction_and_beam_or_the_defaults() -> None
         (b"\xff", 400, "the body is not JSON: "),
         (b"[]", 422, 'the body must be a JSON object: {"sentences": [...], "direction": ..., "beam": ...}'),
         (body(sentences=["a"], text="a", model=1), 422, "unknown field(s) model, text; the fields are sentences, "),
+        (body(sentences=["a"], api_key=["k"]), 422, "api_key must be a string"),
         (body(beam=1), 422, "sentences must be a list of strings"),
         (body(sentences=["a", None]), 422, "sentences must be a list of strings"),
         (body(sentences=[]), 422, "sentences has 0 items; from 1 to 256 are translated per request"),

@@ -72,6 +72,16 @@ def test_html_keeps_its_markup_and_translates_only_the_text_between() -> None:
             "Invalid request: alternatives parameter is not a number",
         ),
         (
+            {"json": {"q": "a", "source": "en", "target": "de", "alternatives": 2**53}},
+            422,
+            f"Invalid request: alternatives parameter is not a number from 0 to {2**53 - 1}",
+        ),
+        ({"json": {"q": "a", "source": "en", "target": "de", "alternatives": "²"}}, 422, "Invalid request: altern"),
+        ({"json": {"q": "a", "source": "en", "target": "de", "alternatives": 1.5}}, 422, "Invalid request: altern"),
+        ({"json": {"q": "a", "source": "en", "target": "de", "alternatives": True}}, 422, "Invalid request: altern"),
+        ({"json": {"q": "a", "source": "en", "target": "de", "format": {}}}, 422, "{} format is not supported"),
+        ({"json": {"q": "a", "source": "en", "target": "de", "api_key": 1}}, 422, "api_key must be a string"),
+        (
             {"json": {"q": "a", "source": "en", "target": "de", "format": "html", "alternatives": 2}},
             422,
             "alternatives go with format text",
@@ -111,6 +121,15 @@ def test_a_bad_request_is_refused_in_one_line_before_any_search(
     answer = doors(service).post("/translate", **request_of)
     assert answer.status_code == status and list(answer.json()) == ["error"]
     assert answer.json()["error"].startswith(message) and service.requests == []
+
+
+@pytest.mark.parametrize(
+    "fields", [{"alternatives": None}, {"alternatives": ""}, {"alternatives": 0.0}, {"format": None}, {"format": ""}]
+)
+def test_what_the_schema_allows_beside_the_plain_values_reads_as_their_default(fields: dict[str, Any]) -> None:
+    """As /openapi.json describes the body (Schemathesis sends these): null and "" are no alternatives and text."""
+    answer = doors(Shouting()).post("/translate", json={"q": "a dog", "source": "en", "target": "de", **fields})
+    assert answer.json() == {"translatedText": "A DOG"}
 
 
 def test_the_languages_are_the_served_pairs() -> None:

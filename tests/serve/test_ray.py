@@ -11,6 +11,7 @@ stop` would stop every Ray cluster of the machine.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import shutil
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.bench.crowd import Connection, ask_page
+from aiayn.bench.crowd import Connection, ask_page, completed_data
 from aiayn.bench.ray_serving import FAILED, Load, json_crowd
 from aiayn.bench.serving import free_port, wait_until_serving
 from aiayn.engines.options import EngineOptions
@@ -268,25 +269,36 @@ def test_the_page_translates_in_chromium_through_the_proxy(served: Served, expec
 
 def test_sigterm_drains_as_the_page_server_does(served: Served, expected: dict[str, str]) -> None:
     """Last in this file: it stops the application. The requests accepted before SIGTERM are answered, readiness
-    and a new request get 503 with Retry-After meanwhile, and the command exits 0, saying it drained."""
+    and a new request get 503 with Retry-After meanwhile, and the command exits 0, saying it drained.
 
-    async def drained() -> tuple[list[tuple[str, str]], list[tuple[int, str | None]]]:
-        load = Load("one sentence", 8, 4, 1)
-        crowd = asyncio.create_task(json_crowd(served.port, load, SENTENCES, "en-de"))
-        await asyncio.sleep(0.5)  # the crowd's first requests accepted
-        served.process.send_signal(signal.SIGTERM)
-        seen = []
-        while not seen or seen[-1][0] != 503:
-            seen.append(await asyncio.to_thread(status_of, served.port, "/readyz"))
-            await asyncio.sleep(0.05)
-        seen.append(await asyncio.to_thread(status_of, served.port, "/v1/translate", b'{"sentences": ["A dog."]}'))
-        _, answers = await crowd
-        return answers, seen
+    A page call whose answer is not yet read holds the drain open (for ``drain.STREAM_OPENS_S``): the work is
+    still open when the new request comes, however fast the crowd beside it was answered."""
 
-    answers, seen = asyncio.run(drained())
+    async def drained() -> tuple[list[tuple[str, str]], list[tuple[int, str | None]], str]:
+        held = await Connection.open(served.port)
+        try:
+            posted = await held.request("POST", "/gradio_api/call/translate", {"data": [SENTENCES[0], "en-de", 4]})
+            event = json.loads(posted)["event_id"]
+            crowd = asyncio.create_task(json_crowd(served.port, Load("one sentence", 8, 4, 1), SENTENCES, "en-de"))
+            await asyncio.sleep(0.5)  # the crowd's first requests accepted
+            served.process.send_signal(signal.SIGTERM)
+            seen = []
+            while not seen or seen[-1][0] != 503:
+                seen.append(await asyncio.to_thread(status_of, served.port, "/readyz"))
+                await asyncio.sleep(0.05)
+            late = await asyncio.to_thread(status_of, served.port, "/v1/translate", b'{"sentences": ["A dog."]}')
+            seen.append(late)
+            _, answers = await crowd
+            page = str(completed_data(await held.request("GET", f"/gradio_api/call/translate/{event}"))[0])
+            return answers, seen, page
+        finally:
+            held.close()
+
+    answers, seen, page = asyncio.run(drained())
     exit_code = served.process.wait(timeout=120)
     said = served.log.read_text()
     assert seen[-2][0] == 503 and seen[-2][1] and seen[-1][0] == 503 and seen[-1][1], seen  # each with Retry-After
+    assert page == expected[SENTENCES[0]]
     answered = [(sentence, answer) for sentence, answer in answers if answer == expected[sentence]]
     refused = [answer for _, answer in answers if answer.startswith(FAILED) and "draining" in answer]
     assert len(answered) + len(refused) == len(answers) and answered, answers  # accepted: answered; after: 503
