@@ -146,27 +146,29 @@ class KeyGate:
     def __init__(self, app: ASGIApp, keys: dict[str, Key], page: bool, body_limit: int) -> None:
         self.app, self.keys, self.page, self.body_limit = app, keys, page, body_limit
 
-    def guards(self, path: str) -> bool:
-        return path in JSON_DOORS or (self.page and path not in OPEN_PATHS)
+    def guards(self, scope: Scope) -> bool:
+        if scope["path"] in JSON_DOORS:
+            return bool(scope["method"] == "POST")  # another method is the router's 405, with a key or without
+        return self.page and scope["path"] not in OPEN_PATHS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.guards(scope["path"]):
+        if scope["type"] != "http" or not self.guards(scope):
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
         media_type = media_type_of(request)
-        body = b""
+        body, read = b"", False  # read: the body is the gate's now, even empty, and is handed on from here
         try:
             if scope["path"] in JSON_DOORS and media_type in ("application/json", "application/x-www-form-urlencoded"):
-                body = await bounded_body(request, self.body_limit)
+                body, read = await bounded_body(request, self.body_limit), True
             fields = fields_of(body, media_type)
             fields = {**dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))), **fields}
             key = self.checked(sent_key(scope, fields), characters(fields.get(name) for name in TEXT_FIELDS))
         except Refused as refused:  # labelled by its door, or as the page's (a path of the page may hold ids)
             scope.setdefault("state", {})["route"] = scope["path"] if scope["path"] in JSON_DOORS else "(page, no key)"
-            await refusal(refused, DEFAULT_LIMITS, unread=not body)(scope, receive, send)
+            await refusal(refused, DEFAULT_LIMITS, unread=not read)(scope, receive, send)
             return
-        await self.app(scope, replayed(body, receive) if body else receive, with_cookie(send, key, scope, self.page))
+        await self.app(scope, replayed(body, receive) if read else receive, with_cookie(send, key, scope, self.page))
 
     def checked(self, key: str | None, chars: int) -> str:
         """``key``, once it is seen valid and within its limits."""

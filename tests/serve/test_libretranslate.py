@@ -19,6 +19,7 @@ import pytest
 from deep_translator import LibreTranslator
 from deep_translator.exceptions import AuthorizationException
 from libretranslatepy import LibreTranslateAPI
+from test_hostile_server import schemathesis_passes
 
 from aiayn.data.multi30k import load_parallel
 from aiayn.serve.api_keys import NO_KEY
@@ -133,3 +134,9 @@ def test_an_mcp_client_lists_translate_and_gets_aiayn_translates_line(
     tools, (translation, status) = mcp_translate(server.url, caption, "en-de", 4)
     assert "translate" in tools
     assert translation == cli_translate("en-de", [caption])[0] and "sentence(s)" in status
+
+
+@pytest.mark.parametrize("header", [None, f"Authorization: Bearer {KEY}"])
+def test_schemathesis_holds_the_keyed_doors_to_their_schema_with_a_key_and_without(server: Any, header: str) -> None:
+    """Without a key every guarded door answers 403 (another method still 405); with one, as documented."""
+    schemathesis_passes(server, *([header] if header else []))
