@@ -90,6 +90,14 @@ def by_pair(served: dict[str, Direction]) -> dict[tuple[str, str], Direction]:
     return pairs
 
 
+def sources_by_target(served: dict[str, Direction]) -> dict[str, list[str]]:
+    """Each served target with the sources served to it."""
+    sources: dict[str, list[str]] = {}
+    for source, target in by_pair(served):
+        sources.setdefault(target, []).append(source)
+    return sources
+
+
 def languages(served: dict[str, Direction]) -> list[dict[str, Any]]:
     """``GET /languages``' answer: each served source with the targets it is served to."""
     targets: dict[str, list[str]] = {}
@@ -236,10 +244,11 @@ def texts_of(fields: dict[str, Any], limits: Limits) -> tuple[list[str], bool]:
 
 
 def check_known(fields: dict[str, Any], names: tuple[str, ...]) -> None:
-    """Every field one of ``names``, else a refusal naming the others."""
+    """Every field one of ``names``, else a refusal naming the others; a key, a string."""
     unknown = sorted(set(fields) - set(names))
     if unknown:
         raise bad_field(f"unknown field(s) {', '.join(unknown)}; the fields are {', '.join(names)}")
+    check_api_key(fields)
 
 
 def alternatives_of(value: Any) -> int:
@@ -267,22 +276,20 @@ class Asked:
 
     def __init__(self, fields: dict[str, Any], served: dict[str, Direction], limits: Limits) -> None:
         check_known(fields, FIELDS)
-        check_api_key(fields)
         self.texts, self.many = texts_of(fields, limits)
         source, target = code_field(fields, "source"), code_field(fields, "target")
-        self.format = fields.get("format", "text")
-        if self.format is None or self.format == "":
-            self.format = "text"
+        asked_format = fields.get("format")
+        self.format = "text" if asked_format is None or asked_format == "" else asked_format
         if not isinstance(self.format, str) or self.format not in FORMATS:
             raise bad_field(f"{self.format} format is not supported; the formats are {', '.join(FORMATS)}")
         self.alternatives = alternatives_of(fields.get("alternatives"))
         if self.alternatives and self.format != "text":
             raise bad_field("alternatives go with format text: an HTML text's are not offered")
-        pairs = by_pair(served)
-        targets = sorted({t for _, t in pairs})
-        if target not in targets:
-            raise bad_field(f"target {target} is not supported; the targets served are {', '.join(targets)}")
-        sources = [s for s, t in pairs if t == target]
+        served_to = sources_by_target(served)
+        if target not in served_to:
+            targets = ", ".join(sorted(served_to))
+            raise bad_field(f"target {target} is not supported; the targets served are {targets}")
+        sources = served_to[target]
         if source != AUTO and source not in sources:
             raise bad_field(
                 f"source {source} is not supported to {target}; the sources served to it are {', '.join(sources)}"
@@ -290,6 +297,7 @@ class Asked:
             )
         self.detected = [ranked(text, sources)[0] for text in self.texts] if source == AUTO else None
         chosen = [language for language, _ in self.detected] if self.detected else [source] * len(self.texts)
+        pairs = by_pair(served)
         self.directions = [pairs[(language, target)] for language in chosen]
         try:  # the work, once split (``requests.work_of``): the JSON route's one bound, per direction searched
             for direction in {d.value: d for d in self.directions}.values():
@@ -338,9 +346,7 @@ TEXTS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "stri
 
 def translate_body(served: dict[str, Direction]) -> dict[str, Any]:
     """``POST /translate``'s body, as LibreTranslate's own API documents it, with the served codes."""
-    sources: dict[str, list[str]] = {}  # a target's sources
-    for source, target in by_pair(served):
-        sources.setdefault(target, []).append(source)
+    sources = sources_by_target(served)
     return {
         "type": "object",
         "required": ["q", "source", "target"],
@@ -403,7 +409,6 @@ def json_doors(service: TranslationService, limits: Limits = DEFAULT_LIMITS) -> 
     async def detect(request: Request) -> JSONResponse:
         async def answer(fields: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
             check_known(fields, DETECT_FIELDS)
-            check_api_key(fields)
             texts, _ = texts_of(fields, limits)
             sources = list(dict.fromkeys(s for s, _ in by_pair(directions(dict(service.models)))))
             return [detected(language) for language in await run_in_threadpool(ranked, " ".join(texts), sources)]
