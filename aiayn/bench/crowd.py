@@ -295,10 +295,10 @@ def server_process(arguments: list[str]) -> Iterator[tuple[int, subprocess.Popen
 
 
 def translate_file(model: str, lines: list[str]) -> tuple[float, list[str]]:
-    """`aiayn translate --input` on ``lines`` in a process of its own: its lines, and its seconds from its model line
-    on stderr (the model loaded) to its progress bar's last write, which ends with the bar's one newline once every
-    line is written. Its start-up is thus left out as seen, not taken out by subtracting another run's: a short
-    file's work is smaller than one start-up's noise, and a difference of two runs went below zero."""
+    """`aiayn translate --input` on ``lines`` in a process of its own: its lines, and its seconds from the ``model …``
+    line ``cmd_translate`` prints once the model is loaded to its progress bar's one newline, once every line is
+    written. The start-up is left out as seen, not as another run's time subtracted: a short file's work is smaller
+    than one start-up's noise."""
     with tempfile.TemporaryDirectory(prefix="aiayn-bench-cli-") as tmp:
         source, target = Path(tmp) / "in.txt", Path(tmp) / "out.txt"
         source.write_text("\n".join(lines) + "\n", encoding="utf-8")
